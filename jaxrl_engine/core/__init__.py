@@ -1,0 +1,1 @@
+"""The engine core: state, phases, hooks, engine, driver and `make_train`."""

@@ -1,0 +1,420 @@
+"""The engine: phases as pure jitted functions over one `EngineState`, hooks, epoch, warm-up.
+
+RLightning's `BaseEngine` order, per epoch: rollout -> update_dataset -> train -> sync_weights,
+with evaluate every `eval.interval` epochs. Each phase is `state -> (state, metrics)`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from jaxrl_engine.algos import make_algorithm
+from jaxrl_engine.algos.base import Algorithm
+from jaxrl_engine.buffers.rollout import Transition
+from jaxrl_engine.core.hooks import (
+    Hook,
+    Timer,
+    chain,
+    guarded_quantities,
+    nan_guard,
+    offload_after,
+    reload_before,
+    timed,
+)
+from jaxrl_engine.core.state import (
+    Counters,
+    EngineState,
+    EnvCarry,
+    EpisodeStats,
+    Metrics,
+    Phase,
+)
+from jaxrl_engine.distributed.mesh import data_mesh, state_sharding
+from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
+from jaxrl_engine.io.compile_cache import enable_compile_cache
+from jaxrl_engine.io.config import Config, ConfigError
+
+PHASES = ("rollout", "evaluate", "update_dataset", "train", "sync_weights")
+EPOCH_PHASES = ("rollout", "update_dataset", "train", "sync_weights")
+EVAL_STREAM = 0x0E7A1  # fold_in constant: evaluation never advances the training key
+
+# RLightning's `enable_offload` placement. Gradients live only inside `train`'s scan here, so
+# "params and grads offloaded after sync" is params (and optimizer state) after sync.
+OFFLOAD_PLACEMENT: dict[str, dict[str, tuple[str, ...]]] = {
+    "rollout": {"reload": ("eval_params",), "offload": ("eval_params",)},
+    "evaluate": {"reload": ("eval_params",), "offload": ("eval_params",)},
+    "update_dataset": {"reload": (), "offload": ()},
+    "train": {"reload": ("train.params", "train.opt_state"), "offload": ("train.opt_state",)},
+    "sync_weights": {"reload": (), "offload": ("train.params", "eval_params")},
+}
+OFFLOADED_BETWEEN_EPOCHS = ("eval_params", "train.params", "train.opt_state")
+
+# What nan_guard checks besides each phase's metrics.
+GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
+
+
+class ShapeMismatchError(ValueError):
+    """Env and policy disagree on shapes; raised by `warm_up` before training."""
+
+
+class Engine:
+    """A built engine. `init(key)` makes the state; the phases, `epoch` and `run` advance it."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        env: GymnaxEnv | None = None,
+        algo: Algorithm | None = None,
+        mesh: Mesh | None = None,
+        hooks: dict[str, list[Hook]] | None = None,
+    ):
+        self.cfg = cfg
+        if cfg.compile_cache_dir:
+            enable_compile_cache(cfg.compile_cache_dir)
+        self.env = env if env is not None else make_env(cfg.env.id, cfg.env.params)
+        self.env_params = self.env.params
+        self.eval_env_params = GymnaxEnv.with_params(self.env_params, cfg.eval.env_params)
+        self.spec = self.env.spec(self.env_params)
+        self.eval_steps = self.env.spec(self.eval_env_params).max_episode_steps
+        self.num_envs = cfg.env.num_envs
+        self.steps_per_epoch = cfg.algo.num_steps * self.num_envs
+        self.num_epochs = math.ceil(cfg.total_env_steps / self.steps_per_epoch)
+        self.algo = algo if algo is not None else make_algorithm(
+            cfg.algo, self.spec, self.num_envs, self.num_epochs
+        )
+        self.mesh = mesh if mesh is not None else data_mesh()
+        for key, n in (("env.num_envs", self.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
+            if n % self.mesh.size:
+                raise ConfigError(
+                    f"{key}={n} must be a multiple of the {self.mesh.size} devices of the "
+                    "'data' mesh axis"
+                )
+        self.timer = Timer()
+        self.compile_report: dict[str, dict[str, float]] = {}
+        self._compiled: dict[str, Any] = {}
+
+        raw: dict[str, Phase] = {
+            "rollout": self._rollout,
+            "evaluate": self._evaluate,
+            "update_dataset": self._update_dataset,
+            "train": self._train,
+            "sync_weights": self._sync_weights,
+        }
+        self.phase_hooks: dict[str, list[Hook]] = {name: [] for name in PHASES}
+        self.guarded: dict[str, list[str]] = {}
+        if cfg.offload:
+            for name, place in OFFLOAD_PLACEMENT.items():
+                if place["reload"]:
+                    self.phase_hooks[name].append(reload_before(place["reload"], self.mesh))
+                if place["offload"]:
+                    self.phase_hooks[name].append(offload_after(place["offload"], self.mesh))
+        for name, user_hooks in (hooks or {}).items():
+            if name not in PHASES:
+                raise ValueError(f"hooks given for unknown phase {name!r}; phases: {PHASES}")
+            self.phase_hooks[name].extend(user_hooks)
+        if cfg.nan_guard:
+            for name in PHASES:
+                self.phase_hooks[name].append(nan_guard(name, GUARDED_STATE.get(name, ())))
+        # Pure, hooked phases (callable inside a user's own jit) and their jitted versions.
+        self.pure_phases: dict[str, Phase] = {
+            name: chain(*self.phase_hooks[name])(raw[name]) for name in PHASES
+        }
+        self.rollout = jax.jit(self.pure_phases["rollout"])
+        self.evaluate = jax.jit(self.pure_phases["evaluate"])
+        self.update_dataset = jax.jit(self.pure_phases["update_dataset"])
+        self.train = jax.jit(self.pure_phases["train"])
+        self.sync_weights = jax.jit(self.pure_phases["sync_weights"])
+
+        self.state_shape = jax.eval_shape(self._init, jax.random.key(0))
+        host_paths = OFFLOADED_BETWEEN_EPOCHS if cfg.offload else ()
+        self.state_sharding = state_sharding(self.state_shape, self.mesh, self.num_envs, host_paths)
+        self.epoch = jax.jit(
+            self.pure_epoch,
+            donate_argnums=0,
+            in_shardings=(self.state_sharding,),
+            out_shardings=(self.state_sharding, None),
+        )
+        self._init_jit = jax.jit(self._init, out_shardings=self.state_sharding)
+
+    # ----------------------------------------------------------------- state
+    def _init(self, key: jax.Array) -> EngineState:
+        k_algo, k_env, k_run = jax.random.split(key, 3)
+        train_state = self.algo.init(k_algo)
+        acting = self.algo.acting_params(train_state)
+        obs, env_state = jax.vmap(self.env.reset, (0, None))(
+            jax.random.split(k_env, self.num_envs), self.env_params
+        )
+        env = EnvCarry(state=env_state, obs=obs, done=jnp.zeros((self.num_envs,), bool))
+        trajectory = jax.eval_shape(lambda: self._collect(acting, env, k_run)[1])
+        buffer = self.algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))
+        batch_shape = jax.eval_shape(
+            lambda: self.algo.update_dataset(train_state, acting, buffer, k_run)[1]
+        )
+        batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shape)
+        return EngineState(
+            train=train_state,
+            eval_params=acting,
+            eval_version=jnp.zeros((), jnp.int32),
+            env=env,
+            buffer=buffer,
+            batch=batch,
+            rng=k_run,
+            counters=Counters.zeros(),
+            stats=EpisodeStats.zeros(self.num_envs),
+        )
+
+    def init(self, key: jax.Array) -> EngineState:
+        """A fresh state for `key`, placed on the mesh (env batch sharded, params replicated)."""
+        return self._init_jit(key)
+
+    # ---------------------------------------------------------------- phases
+    def _collect(self, params: Any, env: EnvCarry, key: jax.Array):
+        """`num_steps` of (policy step, env step), vmapped over envs; returns the trajectory."""
+        step_env = jax.vmap(self.env.step, (0, 0, 0, None))
+
+        def step(env: EnvCarry, key: jax.Array):
+            k_act, k_env = jax.random.split(key)
+            action, extras = self.algo.act(params, env.obs, k_act, False)
+            obs, env_state, reward, terminated, truncated, info = step_env(
+                jax.random.split(k_env, self.num_envs),
+                env.state,
+                self.spec.action.clip(action),
+                self.env_params,
+            )
+            transition = Transition(
+                obs=env.obs,
+                action=action,
+                reward=reward.astype(jnp.float32),
+                terminated=terminated,
+                truncated=truncated,
+                next_obs=info["final_observation"],
+                extras=extras,
+            )
+            return EnvCarry(env_state, obs, terminated | truncated), transition
+
+        keys = jax.random.split(key, self.cfg.algo.num_steps)
+        return jax.lax.scan(step, env, keys)
+
+    def _rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        env, traj = self._collect(state.eval_params, state.env, key)
+        stats = state.stats
+        done = traj.terminated | traj.truncated  # [T, N]
+
+        def accumulate(carry, x):
+            ret, length, total, count = carry
+            reward, d = x
+            ret, length = ret + reward, length + 1
+            total = total + jnp.where(d, ret, 0.0).sum()
+            count = count + d.sum()
+            return (jnp.where(d, 0.0, ret), jnp.where(d, 0, length), total, count), jnp.where(
+                d, length, 0
+            ).sum()
+
+        (ret, length, total, count), lengths = jax.lax.scan(
+            accumulate,
+            (stats.current_return, stats.current_length, jnp.float32(0), jnp.int32(0)),
+            (traj.reward, done),
+        )
+        finished = count > 0
+        mean_return = jnp.where(finished, total / jnp.maximum(count, 1), stats.last_return)
+        mean_length = jnp.where(
+            finished, lengths.sum() / jnp.maximum(count, 1), stats.last_length
+        ).astype(jnp.float32)
+        stats = EpisodeStats(
+            current_return=ret,
+            current_length=length,
+            last_return=mean_return,
+            last_length=mean_length,
+            episodes=stats.episodes + count,
+        )
+        state = state.replace(
+            env=env,
+            buffer=self.algo.add_to_buffer(state.buffer, traj),
+            rng=rng,
+            stats=stats,
+            counters=state.counters.replace(
+                env_steps=state.counters.env_steps + self.steps_per_epoch
+            ),
+        )
+        return state, {
+            "rollout/episode_return": mean_return,
+            "rollout/episode_length": mean_length,
+            "rollout/episodes": count,
+            "rollout/reward_mean": traj.reward.mean(),
+        }
+
+    def _evaluate(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Deterministic actions on fresh eval envs (own env params); state is not advanced."""
+        n = self.cfg.eval.num_envs
+        key = jax.random.fold_in(state.rng, EVAL_STREAM)
+        k_reset, k_steps = jax.random.split(key)
+        obs, env_state = jax.vmap(self.env.reset, (0, None))(
+            jax.random.split(k_reset, n), self.eval_env_params
+        )
+        step_env = jax.vmap(self.env.step, (0, 0, 0, None))
+
+        def step(carry, key):
+            env_state, obs, ret, length, active = carry
+            action, _ = self.algo.act(state.eval_params, obs, key, True)
+            obs, env_state, reward, terminated, truncated, _ = step_env(
+                jax.random.split(key, n), env_state, self.spec.action.clip(action), self.eval_env_params
+            )
+            ret = ret + jnp.where(active, reward, 0.0)
+            length = length + active
+            active = active & ~(terminated | truncated)
+            return (env_state, obs, ret, length, active), None
+
+        init = (env_state, obs, jnp.zeros((n,)), jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool))
+        (_, _, ret, length, _), _ = jax.lax.scan(
+            step, init, jax.random.split(k_steps, self.eval_steps)
+        )
+        return state, {
+            "evaluate/episode_return": ret.mean(),
+            "evaluate/episode_return_std": ret.std(),
+            "evaluate/episode_length": length.mean().astype(jnp.float32),
+        }
+
+    def _update_dataset(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        train_state, batch, metrics = self.algo.update_dataset(
+            state.train, state.eval_params, state.buffer, key
+        )
+        return state.replace(train=train_state, batch=batch, rng=rng), metrics
+
+    def _train(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        train_state, metrics = self.algo.train(state.train, state.buffer, state.batch, key)
+        counters = state.counters.replace(
+            grad_steps=state.counters.grad_steps + self.algo.grad_steps_per_epoch()
+        )
+        return state.replace(train=train_state, rng=rng, counters=counters), metrics
+
+    def _sync_weights(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Train params -> acting params; closes the epoch (`counters.epoch += 1`)."""
+        state = state.replace(
+            eval_params=self.algo.acting_params(state.train),
+            eval_version=state.eval_version + 1,
+            counters=state.counters.replace(epoch=state.counters.epoch + 1),
+        )
+        return state, {"sync_weights/version": state.eval_version}
+
+    def pure_epoch(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """rollout -> update_dataset -> train -> sync_weights, hooks applied (pure)."""
+        metrics: Metrics = {}
+        for name in EPOCH_PHASES:
+            state, m = self.pure_phases[name](state)
+            metrics.update(m)
+        return state, metrics
+
+    # ------------------------------------------------------------- compiled
+    def guarded_names(self, metrics: dict[str, Any]) -> dict[str, list[str]]:
+        """Per phase, the quantities behind its `guard/<phase>` index (see `nan_guard`)."""
+        if not self.cfg.nan_guard:
+            return {}
+        names = {}
+        for phase in PHASES:
+            prefix = f"{phase}/"
+            phase_metrics = [k for k in metrics if k.startswith(prefix)]
+            names[phase] = guarded_quantities(phase_metrics, GUARDED_STATE.get(phase, ()))
+        return names
+
+    def warm_up(self, state: EngineState) -> EngineState:
+        """AOT-compile every phase and the epoch along the real data flow; check shapes.
+
+        Records compile seconds and XLA's cost/memory analysis in `self.compile_report`.
+        The state is returned untouched (nothing is run, so nothing needs reseeding).
+        """
+        self.check_shapes(state)
+        boundary = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+        )
+        current = boundary
+        for name in EPOCH_PHASES:
+            current = self._compile(name, getattr(self, name), current).out_info[0]
+        self._compile("evaluate", self.evaluate, boundary)
+        self._compile("epoch", self.epoch, boundary)
+        return state
+
+    def _compile(self, name: str, fn: Any, arg: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            compiled = fn.lower(arg).compile()
+        except Exception as e:
+            raise ShapeMismatchError(f"warm_up: phase '{name}' failed to compile: {e}") from e
+        cost = compiled.cost_analysis() or {}
+        memory = compiled.memory_analysis()
+        self.compile_report[name] = {
+            "compile_s": time.perf_counter() - start,
+            "flops": float(cost.get("flops", 0.0)),
+            "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+            "temp_bytes": float(getattr(memory, "temp_size_in_bytes", 0)),
+            "argument_bytes": float(getattr(memory, "argument_size_in_bytes", 0)),
+            "output_bytes": float(getattr(memory, "output_size_in_bytes", 0)),
+        }
+        self._compiled[name] = compiled
+        return compiled
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(r["compile_s"] for r in self.compile_report.values())
+
+    def check_shapes(self, state: EngineState) -> None:
+        """Env and policy shapes agree, or `ShapeMismatchError` naming phase and both shapes."""
+        env_obs = tuple(state.env.obs.shape[1:])
+        if env_obs != self.spec.obs_shape:
+            raise ShapeMismatchError(
+                f"phase 'rollout': the env's observations have shape {env_obs} but its "
+                f"observation space (what the policy was built for) says {self.spec.obs_shape}"
+            )
+        obs = jax.ShapeDtypeStruct(state.env.obs.shape, state.env.obs.dtype)
+        try:
+            action = jax.eval_shape(
+                lambda p, o: self.algo.act(p, o, jax.random.key(0), False)[0],
+                state.eval_params,
+                obs,
+            )
+        except Exception as e:
+            raise ShapeMismatchError(
+                f"phase 'rollout': the policy cannot act on env observations of shape "
+                f"{env_obs} (policy params were built for another shape): {e}"
+            ) from e
+        want = (state.env.obs.shape[0], *self.spec.action.shape)
+        if tuple(action.shape) != want:
+            raise ShapeMismatchError(
+                f"phase 'rollout': the policy returns actions of shape {tuple(action.shape)} "
+                f"but the env takes {want} (num_envs, *action_shape)"
+            )
+
+    def call(self, name: str, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Run one compiled phase (or 'epoch'); uses warm_up's executable when there is one."""
+        fn = self._compiled.get(name) or (self.epoch if name == "epoch" else getattr(self, name))
+        return fn(state)
+
+    def timed_call(self, name: str, state: EngineState) -> tuple[EngineState, Metrics]:
+        return timed(name, self.timer)(lambda s: self.call(name, s))(state)
+
+    def timing_summary(self, echo: bool = True) -> str:
+        """RLightning's `print_timing_summary`: count, total and average per phase."""
+        table = self.timer.table()
+        if echo:
+            print(table)
+        return table
+
+    def run(self, state: EngineState, **kwargs: Any) -> tuple[EngineState, list[dict[str, float]]]:
+        """The driver: epochs, evaluation, logging, progress; see `jaxrl_engine.core.driver`."""
+        from jaxrl_engine.core.driver import run
+
+        return run(self, state, **kwargs)
+
+
+def build(cfg: Config, **kwargs: Any) -> Engine:
+    """`Engine` for a config; keyword arguments inject env, algo, mesh or hooks."""
+    return Engine(cfg, **kwargs)

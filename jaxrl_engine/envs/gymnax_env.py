@@ -1,0 +1,85 @@
+"""Adapter from any gymnax environment id to the engine's env protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnax
+import jax
+import numpy as np
+from gymnax.environments import spaces
+
+from jaxrl_engine.envs.protocol import ActionSpec, EnvSpec
+
+# Envs that fetch data at run time (the engine never downloads at run time).
+_EXCLUDED = {"MNISTBandit-bsuite": "it downloads MNIST when created"}
+
+
+def available_env_ids() -> list[str]:
+    """Every gymnax id the adapter accepts."""
+    return [e for e in gymnax.registered_envs if e not in _EXCLUDED]
+
+
+class GymnaxEnv:
+    """A gymnax env with its params bound; `step`/`reset` follow gymnax 1.0 exactly."""
+
+    def __init__(self, env_id: str, param_overrides: dict[str, Any] | None = None):
+        if env_id in _EXCLUDED:
+            raise ValueError(f"env id {env_id!r} is not supported: {_EXCLUDED[env_id]}")
+        if env_id not in gymnax.registered_envs:
+            raise ValueError(
+                f"unknown env id {env_id!r}; valid choices: {', '.join(available_env_ids())}"
+            )
+        self.env_id = env_id
+        self.env, default = gymnax.make(env_id)
+        self.params = self.with_params(default, param_overrides or {})
+
+    @staticmethod
+    def with_params(params: Any, overrides: dict[str, Any]) -> Any:
+        """Env params with `overrides` applied; an unknown field names the valid ones."""
+        fields = {f.name for f in dataclasses.fields(params)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(
+                f"unknown env param(s) {unknown}; valid choices: {', '.join(sorted(fields))}"
+            )
+        return params.replace(**overrides)
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+        return self.env.reset(key, params)
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any):
+        return self.env.step(key, state, action, params)
+
+    def spec(self, params: Any) -> EnvSpec:
+        obs_space = self.env.observation_space(params)
+        act_space = self.env.action_space(params)
+        if isinstance(act_space, spaces.Discrete):
+            action = ActionSpec(shape=(), dtype=act_space.dtype, num_actions=int(act_space.n))
+        elif isinstance(act_space, spaces.Box):
+            low = np.broadcast_to(np.asarray(act_space.low, np.float32), act_space.shape)
+            high = np.broadcast_to(np.asarray(act_space.high, np.float32), act_space.shape)
+            action = ActionSpec(
+                shape=tuple(act_space.shape),
+                dtype=act_space.dtype,
+                low=tuple(low.ravel().tolist()),
+                high=tuple(high.ravel().tolist()),
+            )
+        else:
+            raise ValueError(
+                f"env {self.env_id!r}: action space {type(act_space).__name__} is not supported "
+                "(Discrete and Box are)"
+            )
+        return EnvSpec(
+            env_id=self.env_id,
+            obs_shape=tuple(obs_space.shape),
+            obs_dtype=obs_space.dtype,
+            action=action,
+            max_episode_steps=int(params.max_steps_in_episode),
+        )
+
+
+def make_env(env_id: str, param_overrides: dict[str, Any] | None = None) -> GymnaxEnv:
+    """The env for a gymnax id, e.g. `make_env("CartPole-v1")`."""
+    return GymnaxEnv(env_id, param_overrides)

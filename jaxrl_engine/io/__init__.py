@@ -1,0 +1,1 @@
+"""Configuration, run directories and metric logging."""

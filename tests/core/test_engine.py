@@ -1,0 +1,156 @@
+"""Engine behaviours: purity, phases, warm-up checks, vmap over seeds."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from tests.conftest import small_config
+
+
+def leaves_equal(a, b) -> bool:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def key_data(state):
+    return state.replace(rng=jax.random.key_data(state.rng))
+
+
+def test_same_key_gives_bitwise_identical_state_after_an_epoch(small_cfg):
+    engine = jre.build(small_cfg)
+    a, _ = engine.epoch(engine.init(jax.random.key(7)))
+    b, _ = engine.epoch(engine.init(jax.random.key(7)))
+    c, _ = engine.epoch(engine.init(jax.random.key(8)))
+    assert leaves_equal(key_data(a), key_data(b))
+    assert not leaves_equal(key_data(a).train.params, key_data(c).train.params)
+
+
+def test_epoch_runs_phases_in_rlightning_order_and_counts(small_cfg):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    state, metrics = engine.epoch(state)
+    assert int(state.counters.epoch) == 1
+    assert int(state.counters.env_steps) == 4 * 16
+    assert int(state.counters.grad_steps) == 2 * 2
+    assert int(state.eval_version) == 1
+    for key in ("rollout/episode_return", "update_dataset/advantage_mean", "train/loss",
+                "sync_weights/version"):
+        assert key in metrics
+
+
+def test_epoch_donates_its_input_state(small_cfg):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    params_leaf = jax.tree.leaves(state.train.params)[0]
+    engine.epoch(state)
+    assert params_leaf.is_deleted()
+
+
+def test_phases_by_hand_equal_the_fused_epoch(small_cfg):
+    engine = jre.build(small_cfg)
+    fused, fused_metrics = engine.epoch(engine.init(jax.random.key(3)))
+    state = engine.init(jax.random.key(3))
+    metrics = {}
+    for phase in (engine.rollout, engine.update_dataset, engine.train, engine.sync_weights):
+        state, m = phase(state)
+        metrics.update(m)
+    for a, b in zip(jax.tree.leaves(key_data(fused)), jax.tree.leaves(key_data(state)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert set(metrics) == set(fused_metrics)
+
+
+def test_evaluate_does_not_advance_the_training_state(small_cfg):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    after, metrics = engine.evaluate(state)
+    assert leaves_equal(key_data(state), key_data(after))
+    assert 1.0 <= float(metrics["evaluate/episode_length"]) <= 500
+
+
+def test_evaluate_uses_its_own_env_params(tmp_path):
+    short = small_config("eval.env_params={max_steps_in_episode: 5}", tmp_path=tmp_path)
+    engine = jre.build(short)
+    _, metrics = engine.evaluate(engine.init(jax.random.key(0)))
+    assert float(metrics["evaluate/episode_length"]) <= 5
+
+
+def test_make_train_vmapped_over_seeds_equals_single_seed_runs(small_cfg):
+    train = jre.make_train(small_cfg)
+    keys = jax.vmap(jax.random.key)(jnp.arange(4))
+    batched_state, batched = jax.jit(jax.vmap(train))(keys)
+    single = jax.jit(train)
+    for i in range(4):
+        state, metrics = single(jax.random.key(i))
+        for k in ("train/loss", "evaluate/episode_return"):
+            np.testing.assert_allclose(batched[k][i], metrics[k], rtol=1e-4, atol=1e-5)
+        for a, b in zip(
+            jax.tree.leaves(state.train.params), jax.tree.leaves(batched_state.train.params),
+            strict=True,
+        ):
+            np.testing.assert_allclose(np.asarray(b)[i], np.asarray(a), rtol=1e-4, atol=1e-5)
+
+
+def test_make_train_evaluates_every_interval_and_at_the_end(tmp_path):
+    cfg = small_config("total_env_steps=320", "eval.interval=2", tmp_path=tmp_path)  # 5 epochs
+    _, metrics = jax.jit(jre.make_train(cfg))(jax.random.key(0))
+    assert metrics["train/loss"].shape == (5,)
+    assert metrics["evaluate/episode_return"].shape == (3,)  # after epochs 2, 4 and 5
+
+
+def test_make_train_equals_the_engine_epochs(small_cfg):
+    """The pure function and the driver's epoch loop are the same computation."""
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(5))
+    for _ in range(engine.num_epochs):
+        state, _ = engine.epoch(state)
+    pure_state, _ = jax.jit(jre.make_train(small_cfg))(jax.random.key(5))
+    for a, b in zip(
+        jax.tree.leaves(state.train.params), jax.tree.leaves(pure_state.train.params), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_warm_up_compiles_every_phase_and_reports_costs(small_cfg):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    before = jax.tree.map(np.asarray, key_data(state))
+    state = engine.warm_up(state)
+    assert set(engine.compile_report) == {
+        "rollout", "evaluate", "update_dataset", "train", "sync_weights", "epoch"
+    }
+    assert all(r["compile_s"] > 0 for r in engine.compile_report.values())
+    assert engine.compile_report["train"]["flops"] > 0
+    assert leaves_equal(before, key_data(state))
+
+
+def test_warm_up_names_phase_and_both_shapes_when_policy_and_env_disagree(small_cfg, tmp_path):
+    engine = jre.build(small_cfg)  # CartPole: obs (4,)
+    acrobot = jre.build(small_config("env.id=Acrobot-v1", tmp_path=tmp_path))  # obs (6,)
+    state = engine.init(jax.random.key(0))
+    foreign = acrobot.init(jax.random.key(0))
+    bad = state.replace(eval_params=foreign.eval_params)
+    with pytest.raises(jre.ShapeMismatchError, match=r"phase 'rollout'.*\(4,\)"):
+        engine.warm_up(bad)
+
+
+def test_warm_up_catches_an_env_whose_observations_disagree_with_its_space(small_cfg):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    env = state.env.replace(obs=jnp.zeros((4, 5)))
+    with pytest.raises(jre.ShapeMismatchError, match=r"phase 'rollout'.*\(5,\).*\(4,\)"):
+        engine.warm_up(state.replace(env=env))
+
+
+def test_continuous_ppo_epoch_runs(tmp_path):
+    cfg = small_config("env.id=Pendulum-v1", "algo.normalize_obs=true",
+                       "algo.normalize_reward=true", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state, metrics = engine.epoch(engine.init(jax.random.key(0)))
+    assert np.isfinite(float(metrics["train/loss"]))
+    assert float(state.train.obs_norm.count) > 1
