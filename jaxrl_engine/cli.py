@@ -26,12 +26,10 @@ def _train(args: argparse.Namespace) -> int:
     from jaxrl_engine.core.engine import ShapeMismatchError, build
     try:
         engine = build(cfg)
-        state = engine.init(jax.random.key(cfg.seed))
-        state = engine.warm_up(state)
-    except (ConfigError, ShapeMismatchError) as e:
+        state, _ = engine.run(engine.init(jax.random.key(cfg.seed)))
+    except (ConfigError, ShapeMismatchError) as e:  # raised by build/warm_up, before training
         print(f"jaxrl-engine: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    state, _ = engine.run(state)
     if cfg.profile:
         print(engine.timing_summary(echo=False))
     print(json.dumps(engine.last_summary))

@@ -238,7 +238,7 @@ class PPO:
             grads, metrics = grad_fn(params, batch.obs_norm, mb)
             updates, opt_state = self.optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            metrics["train/grad_norm"] = optax.global_norm(grads)
+            metrics["train/grad_norm"] = optax.tree.norm(grads)
             return (params, opt_state), metrics
 
         def update_epoch(carry, epoch_key):

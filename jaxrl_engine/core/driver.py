@@ -56,8 +56,10 @@ def run(
     first = int(jax.device_get(state.counters.epoch))
     out = RunDir(run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg)
     wall_start = time.perf_counter()
-    if not engine._compiled:
-        state = engine.warm_up(state)
+    needed = [*EPOCH_PHASES, "evaluate"] if cfg.profile else ["epoch", "evaluate"]
+    missing = [name for name in needed if name not in engine._compiled]
+    if missing:
+        state = engine.warm_up(state, phases=missing)
     compile_s = engine.compile_seconds
     history: list[dict[str, float]] = []
     guarded: dict[str, list[str]] | None = None

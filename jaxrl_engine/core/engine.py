@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -57,6 +58,8 @@ OFFLOADED_BETWEEN_EPOCHS = ("eval_params", "train.params", "train.opt_state")
 
 # What nan_guard checks besides each phase's metrics.
 GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
+# NaN by meaning until the first episode ends (not an error).
+MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
 
 
 class ShapeMismatchError(ValueError):
@@ -121,7 +124,9 @@ class Engine:
             self.phase_hooks[name].extend(user_hooks)
         if cfg.nan_guard:
             for name in PHASES:
-                self.phase_hooks[name].append(nan_guard(name, GUARDED_STATE.get(name, ())))
+                self.phase_hooks[name].append(
+                    nan_guard(name, GUARDED_STATE.get(name, ()), skip=MAY_BE_NAN)
+                )
         # Pure, hooked phases (callable inside a user's own jit) and their jitted versions.
         self.pure_phases: dict[str, Phase] = {
             name: chain(*self.phase_hooks[name])(raw[name]) for name in PHASES
@@ -323,24 +328,30 @@ class Engine:
         for phase in PHASES:
             prefix = f"{phase}/"
             phase_metrics = [k for k in metrics if k.startswith(prefix)]
-            names[phase] = guarded_quantities(phase_metrics, GUARDED_STATE.get(phase, ()))
+            names[phase] = guarded_quantities(
+                phase_metrics, GUARDED_STATE.get(phase, ()), skip=MAY_BE_NAN
+            )
         return names
 
-    def warm_up(self, state: EngineState) -> EngineState:
+    def warm_up(self, state: EngineState, phases: Sequence[str] | None = None) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.
 
-        Records compile seconds and XLA's cost/memory analysis in `self.compile_report`.
-        The state is returned untouched (nothing is run, so nothing needs reseeding).
+        phases: what to compile (default: the five phases and "epoch"); the driver asks only for
+        what it will run. Records compile seconds and XLA's cost/memory analysis in
+        `self.compile_report`. The state is returned untouched (nothing runs, nothing to reseed).
         """
+        wanted = set(phases) if phases is not None else {*PHASES, "epoch"}
         self.check_shapes(state)
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
         current = boundary
-        for name in EPOCH_PHASES:
-            current = self._compile(name, getattr(self, name), current).out_info[0]
-        self._compile("evaluate", self.evaluate, boundary)
-        self._compile("epoch", self.epoch, boundary)
+        if wanted & set(EPOCH_PHASES):
+            for name in EPOCH_PHASES:
+                current = self._compile(name, getattr(self, name), current).out_info[0]
+        for name, fn in (("evaluate", self.evaluate), ("epoch", self.epoch)):
+            if name in wanted:
+                self._compile(name, fn, boundary)
         return state
 
     def _compile(self, name: str, fn: Any, arg: Any) -> Any:

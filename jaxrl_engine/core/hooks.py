@@ -96,17 +96,26 @@ def guard_key(phase_name: str) -> str:
     return f"guard/{phase_name}"
 
 
-def guarded_quantities(metric_names: Sequence[str], state_paths: Sequence[str]) -> list[str]:
-    """The names behind a `nan_guard` index: the phase's metrics (sorted), then state paths."""
-    return sorted(metric_names) + list(state_paths)
+def guarded_quantities(
+    metric_names: Sequence[str], state_paths: Sequence[str], skip: Sequence[str] = ()
+) -> list[str]:
+    """The names behind a `nan_guard` index: the phase's metrics (sorted, less `skip`), then
+    the state paths."""
+    return sorted(n for n in metric_names if n not in skip and not n.startswith("guard/")) + list(
+        state_paths
+    )
 
 
-def nan_guard(phase_name: str, state_paths: Sequence[str] = ()) -> Hook:
+def nan_guard(
+    phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[str] = ()
+) -> Hook:
     """Flag the first non-finite metric or state subtree after the phase.
 
     Adds the metric `guard/<phase>`: -1 when everything is finite, else the index of the first
     bad quantity in `guarded_quantities(...)`. Inside jit nothing can raise, so the driver
     (`check_guards`) turns a flag into `NonFiniteError` naming phase, quantity and epoch.
+    skip: metrics that are NaN by meaning (e.g. "no episode finished yet", or what `every`
+    pads on epochs it skips).
     """
 
     def all_finite(tree: Any) -> jax.Array:
@@ -120,8 +129,9 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = ()) -> Hook:
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
             state, metrics = phase(state)
-            names = guarded_quantities(list(metrics), state_paths)
-            values = [metrics[n] for n in sorted(metrics)] + [get_path(state, p) for p in state_paths]
+            names = guarded_quantities(list(metrics), state_paths, skip)
+            metric_names = names[: len(names) - len(state_paths)]
+            values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
             ok = jnp.stack([all_finite(v) for v in values]) if values else jnp.ones((0,), bool)
             first_bad = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)) if len(names) else jnp.int32(-1)
             return state, {**metrics, guard_key(phase_name): first_bad.astype(jnp.int32)}

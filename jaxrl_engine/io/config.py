@@ -79,7 +79,7 @@ class Config(_Strict):
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")
     seed: int = Field(0, ge=0, description="PRNG seed")
     total_env_steps: int = Field(
-        500_000, gt=0, description="env steps to train (rounded up to whole epochs)"
+        1_000_000, gt=0, description="env steps to train (rounded up to whole epochs)"
     )
     offload: bool = Field(
         False, description="RLightning's placement: idle params/optimizer state in pinned_host"

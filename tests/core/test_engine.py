@@ -14,7 +14,7 @@ from tests.conftest import small_config
 def leaves_equal(a, b) -> bool:
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     return len(la) == len(lb) and all(
-        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True) for x, y in zip(la, lb, strict=True)
     )
 
 
