@@ -32,11 +32,14 @@ class Algorithm(Protocol):
     def init_buffer(self, trajectory: Any) -> Any:
         """An empty buffer for trajectories shaped like `trajectory` ([num_steps, num_envs, ...])."""
 
+    def complete_trajectory(self, params: Any, trajectory: Any) -> Any:
+        """Called at the end of rollout with the acting params (e.g. PPO adds bootstrap values)."""
+
     def add_to_buffer(self, buffer: Any, trajectory: Any) -> Any:
         """The buffer after one rollout's trajectory is written."""
 
     def update_dataset(
-        self, train_state: Any, acting_params: Any, buffer: Any, key: jax.Array
+        self, train_state: Any, buffer: Any, key: jax.Array
     ) -> tuple[Any, Any, Metrics]:
         """buffer -> training batch (GAE for on-policy, sampling for off-policy)."""
 

@@ -144,14 +144,17 @@ class PPO:
     def add_to_buffer(self, buffer: Transition, trajectory: Transition) -> Transition:
         return trajectory
 
-    def update_dataset(self, train_state: PPOState, acting_params, buffer: Transition, key):
+    def complete_trajectory(self, params, trajectory: Transition) -> Transition:
+        """Adds V(next_obs) (the bootstrap values), computed with the acting params."""
+        T, N = trajectory.reward.shape
+        flat_next = trajectory.next_obs.reshape((T * N, *self.spec.obs_shape))
+        _, _, next_value = self._dist(params["net"], self._normalize(params["obs_norm"], flat_next))
+        extras = {**trajectory.extras, "next_value": next_value.reshape((T, N))}
+        return trajectory._replace(extras=extras)
+
+    def update_dataset(self, train_state: PPOState, buffer: Transition, key):
+        """GAE over the rollout; advances the observation and return normalisers."""
         cfg = self.cfg
-        T, N = buffer.reward.shape
-        flat_next = buffer.next_obs.reshape((T * N, *self.spec.obs_shape))
-        _, _, next_value = self._dist(
-            acting_params["net"], self._normalize(acting_params["obs_norm"], flat_next)
-        )
-        next_value = next_value.reshape((T, N))
         reward = buffer.reward.astype(jnp.float32)
         done = jnp.logical_or(buffer.terminated, buffer.truncated)
         return_norm, return_acc = train_state.return_norm, train_state.return_acc
@@ -168,7 +171,7 @@ class PPO:
         advantages, targets = gae(
             reward,
             buffer.extras["value"],
-            next_value,
+            buffer.extras["next_value"],
             buffer.terminated.astype(jnp.float32),
             buffer.truncated.astype(jnp.float32),
             cfg.gamma,
@@ -177,7 +180,8 @@ class PPO:
         obs_norm = (
             train_state.obs_norm.update(buffer.obs) if cfg.normalize_obs else train_state.obs_norm
         )
-        batch = PPOBatch(advantages=advantages, returns=targets, obs_norm=acting_params["obs_norm"])
+        # On-policy: the learner's statistics are the ones the rollout acted with.
+        batch = PPOBatch(advantages=advantages, returns=targets, obs_norm=train_state.obs_norm)
         new_state = train_state.replace(
             obs_norm=obs_norm, return_norm=return_norm, return_acc=return_acc
         )

@@ -23,6 +23,7 @@ from jaxrl_engine.core.hooks import (
     Timer,
     chain,
     guarded_quantities,
+    move_to,
     nan_guard,
     offload_after,
     reload_before,
@@ -140,13 +141,20 @@ class Engine:
         self.state_shape = jax.eval_shape(self._init, jax.random.key(0))
         host_paths = OFFLOADED_BETWEEN_EPOCHS if cfg.offload else ()
         self.state_sharding = state_sharding(self.state_shape, self.mesh, self.num_envs, host_paths)
+        # Donating an input that lives in pinned_host memory corrupts the output buffers on
+        # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
+        # donates nothing; the driver drops the old state, which frees it just the same.
         self.epoch = jax.jit(
             self.pure_epoch,
-            donate_argnums=0,
+            donate_argnums=() if cfg.offload else 0,
             in_shardings=(self.state_sharding,),
             out_shardings=(self.state_sharding, None),
         )
-        self._init_jit = jax.jit(self._init, out_shardings=self.state_sharding)
+        # Memory kinds are applied by device_put after init: XLA may hand two equal outputs
+        # (train params and their acting copy) one buffer, which a host out_sharding rejects.
+        self._init_jit = jax.jit(
+            self._init, out_shardings=state_sharding(self.state_shape, self.mesh, self.num_envs)
+        )
 
     # ----------------------------------------------------------------- state
     def _init(self, key: jax.Array) -> EngineState:
@@ -160,7 +168,7 @@ class Engine:
         trajectory = jax.eval_shape(lambda: self._collect(acting, env, k_run)[1])
         buffer = self.algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))
         batch_shape = jax.eval_shape(
-            lambda: self.algo.update_dataset(train_state, acting, buffer, k_run)[1]
+            lambda: self.algo.update_dataset(train_state, buffer, k_run)[1]
         )
         batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shape)
         return EngineState(
@@ -175,9 +183,17 @@ class Engine:
             stats=EpisodeStats.zeros(self.num_envs),
         )
 
+    def init_pure(self, key: jax.Array) -> EngineState:
+        """`init` as a traceable function, with the between-epochs placement (offload) applied."""
+        state = self._init(key)
+        if self.cfg.offload:
+            state = move_to(OFFLOADED_BETWEEN_EPOCHS, self.mesh, "pinned_host")(state)
+        return state
+
     def init(self, key: jax.Array) -> EngineState:
         """A fresh state for `key`, placed on the mesh (env batch sharded, params replicated)."""
-        return self._init_jit(key)
+        state = self._init_jit(key)
+        return jax.device_put(state, self.state_sharding) if self.cfg.offload else state
 
     # ---------------------------------------------------------------- phases
     def _collect(self, params: Any, env: EnvCarry, key: jax.Array):
@@ -205,7 +221,8 @@ class Engine:
             return EnvCarry(env_state, obs, terminated | truncated), transition
 
         keys = jax.random.split(key, self.cfg.algo.num_steps)
-        return jax.lax.scan(step, env, keys)
+        env, trajectory = jax.lax.scan(step, env, keys)
+        return env, self.algo.complete_trajectory(params, trajectory)
 
     def _rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
         rng, key = jax.random.split(state.rng)
@@ -289,9 +306,7 @@ class Engine:
 
     def _update_dataset(self, state: EngineState) -> tuple[EngineState, Metrics]:
         rng, key = jax.random.split(state.rng)
-        train_state, batch, metrics = self.algo.update_dataset(
-            state.train, state.eval_params, state.buffer, key
-        )
+        train_state, batch, metrics = self.algo.update_dataset(state.train, state.buffer, key)
         return state.replace(train=train_state, batch=batch, rng=rng), metrics
 
     def _train(self, state: EngineState) -> tuple[EngineState, Metrics]:

@@ -53,7 +53,10 @@ def set_path(tree: Any, path: str, value: Any) -> Any:
     return tree.replace(**{head: new})
 
 
-def _move(paths: Sequence[str], mesh: Mesh, memory_kind: str) -> Callable[[EngineState], EngineState]:
+def move_to(
+    paths: Sequence[str], mesh: Mesh, memory_kind: str
+) -> Callable[[EngineState], EngineState]:
+    """A traced function moving the (replicated) subtrees at `paths` to `memory_kind`."""
     target = NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
 
     def move(state: EngineState) -> EngineState:
@@ -67,7 +70,7 @@ def _move(paths: Sequence[str], mesh: Mesh, memory_kind: str) -> Callable[[Engin
 
 def offload_after(paths: Sequence[str], mesh: Mesh, memory_kind: str = "pinned_host") -> Hook:
     """After the phase, move the subtrees at `paths` (replicated leaves) to host memory."""
-    move = _move(paths, mesh, memory_kind)
+    move = move_to(paths, mesh, memory_kind)
 
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
@@ -81,7 +84,7 @@ def offload_after(paths: Sequence[str], mesh: Mesh, memory_kind: str = "pinned_h
 
 def reload_before(paths: Sequence[str], mesh: Mesh, memory_kind: str = "device") -> Hook:
     """Before the phase, move the subtrees at `paths` back to device memory."""
-    move = _move(paths, mesh, memory_kind)
+    move = move_to(paths, mesh, memory_kind)
 
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:

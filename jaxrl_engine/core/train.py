@@ -34,7 +34,7 @@ def make_train(cfg: Config, **build_kwargs: Any) -> Callable[[jax.Array], tuple[
         return state, (metrics, eval_metrics)
 
     def train(key: jax.Array) -> tuple[EngineState, Metrics]:
-        state = engine._init(key)
+        state = engine.init_pure(key)
         epoch_metrics, eval_metrics = [], []
         if blocks:
             state, (m, e) = jax.lax.scan(block, state, None, length=blocks)

@@ -1,0 +1,62 @@
+"""Data parallel on 4 CPU devices: env batch and buffer sharded on `data`, params replicated,
+same results as one device for the same seed (run in a subprocess: XLA_FLAGS must be set
+before JAX starts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, jax, numpy as np
+    import jaxrl_engine as jre
+    from jaxrl_engine.distributed import data_mesh
+    assert len(jax.devices()) == 4, jax.devices()
+    cfg = jre.load_config(None, ["env.num_envs=8", "eval.num_envs=8", "algo.num_steps=16",
+        "algo.num_minibatches=2", "algo.update_epochs=2", "algo.hidden_sizes=[16,16]",
+        "progress=false", "offload=OFFLOAD"])
+    out = {}
+    for n in (1, 4):
+        engine = jre.build(cfg, mesh=data_mesh(jax.devices()[:n]))
+        state = engine.init(jax.random.key(0))
+        for _ in range(3):
+            state, metrics = engine.epoch(state)
+        out[n] = dict(
+            params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.train.params)],
+            loss=float(metrics["train/loss"]),
+            obs_devices=len(state.env.obs.sharding.device_set),
+            obs_spec=str(state.env.obs.sharding.spec),
+            buffer_spec=str(state.buffer.obs.sharding.spec),
+            params_replicated=all(x.sharding.is_fully_replicated
+                                  for x in jax.tree.leaves(state.train.params)),
+        )
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("offload", ["false", "true"])
+def test_four_devices_shard_the_env_batch_and_match_one_device(offload):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.replace("OFFLOAD", offload)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    one, four = out["1"], out["4"]
+    assert four["obs_devices"] == 4 and four["obs_spec"] == "P('data',)"
+    assert four["buffer_spec"] == "P(None, 'data')"
+    assert four["params_replicated"] and one["params_replicated"]
+    assert abs(one["loss"] - four["loss"]) <= 1e-4 * max(1.0, abs(one["loss"]))
+    import numpy as np
+
+    for a, b in zip(one["params"], four["params"], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
