@@ -24,9 +24,10 @@ def _train(args: argparse.Namespace) -> int:
     import jax
 
     from jaxrl_engine.core.engine import ShapeMismatchError, build
+
     try:
         engine = build(cfg)
-        state, _ = engine.run(engine.init(jax.random.key(cfg.seed)))
+        engine.run(engine.init(jax.random.key(cfg.seed)))
     except (ConfigError, ShapeMismatchError) as e:  # raised by build/warm_up, before training
         print(f"jaxrl-engine: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

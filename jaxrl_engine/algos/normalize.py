@@ -7,8 +7,7 @@ import jax.numpy as jnp
 from flax import struct
 
 
-@struct.dataclass
-class RunningMeanStd:
+class RunningMeanStd(struct.PyTreeNode):
     mean: jax.Array
     var: jax.Array
     count: jax.Array  # f32[]

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -23,12 +24,10 @@ from jaxrl_engine.algos.networks import (
 )
 from jaxrl_engine.algos.normalize import RunningMeanStd
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.core.state import Metrics
 from jaxrl_engine.envs.protocol import EnvSpec
 
 
-@struct.dataclass
-class PPOState:
+class PPOState(struct.PyTreeNode):
     params: Any
     opt_state: Any
     obs_norm: RunningMeanStd
@@ -36,8 +35,7 @@ class PPOState:
     return_acc: jax.Array  # f32[num_envs]: discounted return so far, per env
 
 
-@struct.dataclass
-class PPOBatch:
+class PPOBatch(struct.PyTreeNode):
     advantages: jax.Array  # f32[num_steps, num_envs]
     returns: jax.Array  # f32[num_steps, num_envs]
     obs_norm: RunningMeanStd  # the statistics the rollout acted with
@@ -76,7 +74,7 @@ class PPO:
     def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
         self.cfg, self.spec, self.num_envs = cfg, spec, num_envs
         self.discrete = spec.action.discrete
-        action_dim = spec.action.num_actions if self.discrete else int(jnp.prod(jnp.array(spec.action.shape)))
+        action_dim = spec.action.num_actions or int(np.prod(spec.action.shape))
         self.network = ActorCritic(
             action_dim=int(action_dim),
             discrete=self.discrete,
@@ -117,18 +115,16 @@ class PPO:
         obs = obs.astype(jnp.float32)
         return obs_norm.normalize(obs) if self.cfg.normalize_obs else obs
 
-    def _dist(self, params: Any, obs: jax.Array):
-        head, log_std, value = self.network.apply(params, obs)
-        return head, log_std, value
+    def _dist(self, params: Any, obs: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
+        """(logits or mean, log_std or None, value) for a batch of normalised observations."""
+        return self.network.apply(params, obs)  # type: ignore[return-value]
 
     def act(self, params, obs, key, deterministic):
         """obs: [num_envs, *obs_shape] -> action, extras {log_prob, value} ([num_envs])."""
         head, log_std, value = self._dist(params["net"], self._normalize(params["obs_norm"], obs))
         if self.discrete:
             action = (
-                jnp.argmax(head, -1)
-                if deterministic
-                else jax.random.categorical(key, head)
+                jnp.argmax(head, -1) if deterministic else jax.random.categorical(key, head)
             ).astype(jnp.int32)
             log_prob = categorical_log_prob(head, action)
         else:

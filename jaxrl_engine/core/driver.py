@@ -92,7 +92,11 @@ def run(
                     "epoch": done,
                     "env_steps": env_steps,
                     "wall_s": time.perf_counter() - wall_start,
-                    **{k: float(np.asarray(v)) for k, v in metrics.items() if not k.startswith("guard/")},
+                    **{
+                        k: float(np.asarray(v))
+                        for k, v in metrics.items()
+                        if not k.startswith("guard/")
+                    },
                 }
                 if "evaluate/episode_return" in record:
                     final_eval = record["evaluate/episode_return"]

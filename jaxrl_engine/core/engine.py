@@ -90,8 +90,10 @@ class Engine:
         self.num_envs = cfg.env.num_envs
         self.steps_per_epoch = cfg.algo.num_steps * self.num_envs
         self.num_epochs = math.ceil(cfg.total_env_steps / self.steps_per_epoch)
-        self.algo = algo if algo is not None else make_algorithm(
-            cfg.algo, self.spec, self.num_envs, self.num_epochs
+        self.algo = (
+            algo
+            if algo is not None
+            else make_algorithm(cfg.algo, self.spec, self.num_envs, self.num_epochs)
         )
         self.mesh = mesh if mesh is not None else data_mesh()
         for key, n in (("env.num_envs", self.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
@@ -102,6 +104,7 @@ class Engine:
                 )
         self.timer = Timer()
         self.compile_report: dict[str, dict[str, float]] = {}
+        self.last_summary: dict[str, Any] = {}  # the driver's summary of the last `run`
         self._compiled: dict[str, Any] = {}
 
         raw: dict[str, Phase] = {
@@ -166,7 +169,9 @@ class Engine:
         )
         env = EnvCarry(state=env_state, obs=obs, done=jnp.zeros((self.num_envs,), bool))
         trajectory = jax.eval_shape(lambda: self._collect(acting, env, k_run)[1])
-        buffer = self.algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))
+        buffer = self.algo.init_buffer(
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory)
+        )
         batch_shape = jax.eval_shape(
             lambda: self.algo.update_dataset(train_state, buffer, k_run)[1]
         )
@@ -287,7 +292,10 @@ class Engine:
             env_state, obs, ret, length, active = carry
             action, _ = self.algo.act(state.eval_params, obs, key, True)
             obs, env_state, reward, terminated, truncated, _ = step_env(
-                jax.random.split(key, n), env_state, self.spec.action.clip(action), self.eval_env_params
+                jax.random.split(key, n),
+                env_state,
+                self.spec.action.clip(action),
+                self.eval_env_params,
             )
             ret = ret + jnp.where(active, reward, 0.0)
             length = length + active

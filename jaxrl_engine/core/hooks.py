@@ -62,7 +62,9 @@ def move_to(
     def move(state: EngineState) -> EngineState:
         for path in paths:
             subtree = get_path(state, path)
-            state = set_path(state, path, jax.tree.map(lambda x: jax.device_put(x, target), subtree))
+            state = set_path(
+                state, path, jax.tree.map(lambda x: jax.device_put(x, target), subtree)
+            )
         return state
 
     return move
@@ -109,9 +111,7 @@ def guarded_quantities(
     )
 
 
-def nan_guard(
-    phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[str] = ()
-) -> Hook:
+def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[str] = ()) -> Hook:
     """Flag the first non-finite metric or state subtree after the phase.
 
     Adds the metric `guard/<phase>`: -1 when everything is finite, else the index of the first
@@ -187,9 +187,7 @@ def every(n: int, hook: Hook) -> Hook:
 
                 return run
 
-            return jax.lax.cond(
-                state.counters.epoch % n == 0, padded(hooked), padded(phase), state
-            )
+            return jax.lax.cond(state.counters.epoch % n == 0, padded(hooked), padded(phase), state)
 
         return wrapped
 
@@ -215,7 +213,9 @@ class Timer:
         rows = self.summary()
         lines = [f"{'phase':<16}{'count':>8}{'total (s)':>12}{'avg (ms)':>12}"]
         for name, r in rows.items():
-            lines.append(f"{name:<16}{r['count']:>8d}{r['total_s']:>12.3f}{1e3 * r['avg_s']:>12.3f}")
+            lines.append(
+                f"{name:<16}{r['count']:>8d}{r['total_s']:>12.3f}{1e3 * r['avg_s']:>12.3f}"
+            )
         return "\n".join(lines)
 
 

@@ -12,8 +12,7 @@ from flax import struct
 Metrics = dict[str, jax.Array]
 
 
-@struct.dataclass
-class EnvCarry:
+class EnvCarry(struct.PyTreeNode):
     """Batched env state and the last observation (leading axis `num_envs`)."""
 
     state: Any
@@ -21,8 +20,7 @@ class EnvCarry:
     done: jax.Array  # bool[num_envs]: the last step ended an episode
 
 
-@struct.dataclass
-class Counters:
+class Counters(struct.PyTreeNode):
     epoch: jax.Array  # int32[]
     env_steps: jax.Array  # int32[]
     grad_steps: jax.Array  # int32[]
@@ -33,8 +31,7 @@ class Counters:
         return cls(epoch=z, env_steps=z, grad_steps=z)
 
 
-@struct.dataclass
-class EpisodeStats:
+class EpisodeStats(struct.PyTreeNode):
     """Running episode accumulators, fixed size (no growing histories)."""
 
     current_return: jax.Array  # f32[num_envs]
@@ -54,8 +51,7 @@ class EpisodeStats:
         )
 
 
-@struct.dataclass
-class EngineState:
+class EngineState(struct.PyTreeNode):
     """Everything that changes; static configuration lives on the `Engine`.
 
     train: the algorithm's learner state (params, optimizer state, step count, normalisers).

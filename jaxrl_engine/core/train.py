@@ -13,7 +13,9 @@ from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 
 
-def make_train(cfg: Config, **build_kwargs: Any) -> Callable[[jax.Array], tuple[EngineState, Metrics]]:
+def make_train(
+    cfg: Config, **build_kwargs: Any
+) -> Callable[[jax.Array], tuple[EngineState, Metrics]]:
     """`train(key) -> (state, metrics)`: `lax.scan` over epochs, evaluating every
     `eval.interval` epochs and at the end; `jax.jit(jax.vmap(train))(keys)` trains many seeds.
 

@@ -8,6 +8,7 @@ valid choices, before anything is compiled.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,7 +37,9 @@ class EnvConfig(_Strict):
         from jaxrl_engine.envs.gymnax_env import available_env_ids
 
         if value not in available_env_ids():
-            raise ValueError(f"unknown env id {value!r}; valid choices: {', '.join(available_env_ids())}")
+            raise ValueError(
+                f"unknown env id {value!r}; valid choices: {', '.join(available_env_ids())}"
+            )
         return value
 
 
@@ -84,9 +87,9 @@ class Config(_Strict):
     offload: bool = Field(
         False, description="RLightning's placement: idle params/optimizer state in pinned_host"
     )
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    algo: AlgoConfig = Field(default_factory=PPOConfig)
+    env: EnvConfig = Field(default_factory=lambda: EnvConfig())
+    eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+    algo: AlgoConfig = Field(default_factory=lambda: PPOConfig())
     run_dir: str = Field("runs", description="parent folder of run directories")
     profile: bool = Field(
         False, description="run phases as separate compiled calls and time each one"
@@ -117,7 +120,10 @@ class Config(_Strict):
         from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 
         env = make_env(self.env.id, None)
-        for key, overrides in (("env.params", self.env.params), ("eval.env_params", self.eval.env_params)):
+        for key, overrides in (
+            ("env.params", self.env.params),
+            ("eval.env_params", self.eval.env_params),
+        ):
             try:
                 GymnaxEnv.with_params(env.params, overrides)
             except ValueError as e:
@@ -144,7 +150,11 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 def _format(error: ValidationError) -> str:
     lines = []
     for e in error.errors():
-        loc = tuple(p for p in e["loc"] if not (len(e["loc"]) > 1 and e["loc"][0] == "algo" and p in ALGO_NAMES))
+        loc = tuple(
+            p
+            for p in e["loc"]
+            if not (len(e["loc"]) > 1 and e["loc"][0] == "algo" and p in ALGO_NAMES)
+        )
         key = ".".join(str(p) for p in loc) or "<config>"
         if e["type"] == "extra_forbidden":
             valid = _valid_keys(Config, loc)
@@ -169,10 +179,8 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     return key.split("."), value
 
 
@@ -191,9 +199,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None
-) -> Config:
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (None: the built-in default), apply dotted overrides, validate."""
     raw: dict[str, Any] = {}
     if path is not None:

@@ -64,9 +64,8 @@ def test_truncation_bootstraps_and_termination_does_not():
 
 
 def test_continuous_actions_have_env_shape_and_are_clipped_for_the_env(tmp_path):
-    from tests.conftest import small_config
-
     import jaxrl_engine as jre
+    from tests.conftest import small_config
 
     engine = jre.build(small_config("env.id=Pendulum-v1", tmp_path=tmp_path))
     state = engine.init(jax.random.key(0))

@@ -14,7 +14,8 @@ from tests.conftest import small_config
 def leaves_equal(a, b) -> bool:
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     return len(la) == len(lb) and all(
-        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True) for x, y in zip(la, lb, strict=True)
+        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+        for x, y in zip(la, lb, strict=True)
     )
 
 
@@ -39,8 +40,12 @@ def test_epoch_runs_phases_in_rlightning_order_and_counts(small_cfg):
     assert int(state.counters.env_steps) == 4 * 16
     assert int(state.counters.grad_steps) == 2 * 2
     assert int(state.eval_version) == 1
-    for key in ("rollout/episode_return", "update_dataset/advantage_mean", "train/loss",
-                "sync_weights/version"):
+    for key in (
+        "rollout/episode_return",
+        "update_dataset/advantage_mean",
+        "train/loss",
+        "sync_weights/version",
+    ):
         assert key in metrics
 
 
@@ -60,7 +65,9 @@ def test_phases_by_hand_equal_the_fused_epoch(small_cfg):
     for phase in (engine.rollout, engine.update_dataset, engine.train, engine.sync_weights):
         state, m = phase(state)
         metrics.update(m)
-    for a, b in zip(jax.tree.leaves(key_data(fused)), jax.tree.leaves(key_data(state)), strict=True):
+    for a, b in zip(
+        jax.tree.leaves(key_data(fused)), jax.tree.leaves(key_data(state)), strict=True
+    ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     assert set(metrics) == set(fused_metrics)
 
@@ -90,7 +97,8 @@ def test_make_train_vmapped_over_seeds_equals_single_seed_runs(small_cfg):
         for k in ("train/loss", "evaluate/episode_return"):
             np.testing.assert_allclose(batched[k][i], metrics[k], rtol=1e-4, atol=1e-5)
         for a, b in zip(
-            jax.tree.leaves(state.train.params), jax.tree.leaves(batched_state.train.params),
+            jax.tree.leaves(state.train.params),
+            jax.tree.leaves(batched_state.train.params),
             strict=True,
         ):
             np.testing.assert_allclose(np.asarray(b)[i], np.asarray(a), rtol=1e-4, atol=1e-5)
@@ -122,7 +130,12 @@ def test_warm_up_compiles_every_phase_and_reports_costs(small_cfg):
     before = jax.tree.map(np.asarray, key_data(state))
     state = engine.warm_up(state)
     assert set(engine.compile_report) == {
-        "rollout", "evaluate", "update_dataset", "train", "sync_weights", "epoch"
+        "rollout",
+        "evaluate",
+        "update_dataset",
+        "train",
+        "sync_weights",
+        "epoch",
     }
     assert all(r["compile_s"] > 0 for r in engine.compile_report.values())
     assert engine.compile_report["train"]["flops"] > 0
@@ -148,8 +161,12 @@ def test_warm_up_catches_an_env_whose_observations_disagree_with_its_space(small
 
 
 def test_continuous_ppo_epoch_runs(tmp_path):
-    cfg = small_config("env.id=Pendulum-v1", "algo.normalize_obs=true",
-                       "algo.normalize_reward=true", tmp_path=tmp_path)
+    cfg = small_config(
+        "env.id=Pendulum-v1",
+        "algo.normalize_obs=true",
+        "algo.normalize_reward=true",
+        tmp_path=tmp_path,
+    )
     engine = jre.build(cfg)
     state, metrics = engine.epoch(engine.init(jax.random.key(0)))
     assert np.isfinite(float(metrics["train/loss"]))

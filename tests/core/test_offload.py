@@ -52,8 +52,13 @@ def test_memory_kind_of_offloaded_leaves_at_each_phase_boundary(tmp_path):
         assert kinds(state) == want, name
     state, _ = engine.evaluate(state)
     assert kinds(state) == {p: {"pinned_host"} for p in PATHS}
-    assert set(OFFLOAD_PLACEMENT) == {"rollout", "evaluate", "update_dataset", "train",
-                                      "sync_weights"}
+    assert set(OFFLOAD_PLACEMENT) == {
+        "rollout",
+        "evaluate",
+        "update_dataset",
+        "train",
+        "sync_weights",
+    }
     assert set(OFFLOADED_BETWEEN_EPOCHS) == set(PATHS)
 
 
@@ -70,9 +75,7 @@ def test_offloaded_sources_are_freed_byte_accounting(tmp_path):
     held = state_bytes_by_kind(state)
     # Exactly one copy of everything: no device-side leftovers of the offloaded leaves.
     assert live == held
-    offloaded = sum(
-        x.nbytes for p in PATHS for x in jax.tree.leaves(get_path(state, p))
-    )
+    offloaded = sum(x.nbytes for p in PATHS for x in jax.tree.leaves(get_path(state, p)))
     assert held["pinned_host"] == offloaded > 0
 
 

@@ -47,7 +47,10 @@ def test_four_devices_shard_the_env_batch_and_match_one_device(offload):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT.replace("OFFLOAD", offload)],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
