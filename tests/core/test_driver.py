@@ -1,0 +1,87 @@
+"""The driver (`engine.run`): run-directory files, eval cadence, profiling mode = fused mode."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import numpy as np
+
+import jaxrl_engine as jre
+from tests.conftest import small_config
+
+SUMMARY_KEYS = {"final_eval_return", "env_steps", "wall_s", "steps_per_second", "compile_s"}
+
+
+def key_data(state):
+    return state.replace(rng=jax.random.key_data(state.rng))
+
+
+def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
+    cfg = small_config("total_env_steps=320", "eval.interval=2", tmp_path=tmp_path)  # 5 epochs
+    engine = jre.build(cfg)
+    state, history = engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["env_steps"] for r in records] == [64 * e for e in range(1, 6)]
+    evaluated = [r["epoch"] for r in records if "evaluate/episode_return" in r]
+    assert evaluated == [2, 4, 5]  # every eval.interval epochs, and after the last
+    assert all("train/loss" in r and "rollout/reward_mean" in r for r in records)
+    assert not any(k.startswith("guard/") for r in records for k in r)
+    assert [r["epoch"] for r in history] == [1, 2, 3, 4, 5]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary) >= SUMMARY_KEYS
+    assert summary["env_steps"] == 5 * 4 * 16 == int(state.counters.env_steps)
+    assert summary["final_eval_return"] == records[-1]["evaluate/episode_return"]
+    assert math.isfinite(summary["final_eval_return"])
+    assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
+    assert summary["wall_s"] >= summary["compile_s"]
+    assert engine.last_summary["env_steps"] == summary["env_steps"]
+
+    assert jre.load_config(run_dir / "config.yaml") == cfg
+    assert int(state.counters.epoch) == 5
+
+
+def test_run_resumes_up_to_the_total_number_of_epochs(small_cfg, tmp_path):
+    engine = jre.build(small_cfg)  # 4 epochs
+    state, _ = engine.epoch(engine.init(jax.random.key(0)))
+    state, history = engine.run(state, run_dir=tmp_path)
+    assert [r["epoch"] for r in history] == [2, 3, 4]
+    assert int(state.counters.epoch) == 4
+
+
+def test_profile_mode_gives_the_fused_result_and_times_each_phase(tmp_path):
+    fused_engine = jre.build(small_config(tmp_path=tmp_path / "fused"))  # 4 epochs, eval every 2
+    fused, fused_history = fused_engine.run(fused_engine.init(jax.random.key(3)))
+    profile_engine = jre.build(small_config("profile=true", tmp_path=tmp_path / "profile"))
+    profiled, profile_history = profile_engine.run(profile_engine.init(jax.random.key(3)))
+
+    for a, b in zip(
+        jax.tree.leaves(key_data(fused)), jax.tree.leaves(key_data(profiled)), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [r["evaluate/episode_return"] for r in profile_history if "evaluate/episode_return" in r],
+        [r["evaluate/episode_return"] for r in fused_history if "evaluate/episode_return" in r],
+        rtol=1e-5,
+    )
+    assert set(profile_history[-1]) == set(fused_history[-1])
+
+    counts = {name: r["count"] for name, r in profile_engine.timer.summary().items()}
+    assert counts == {
+        "rollout": 4,
+        "update_dataset": 4,
+        "train": 4,
+        "sync_weights": 4,
+        "evaluate": 2,
+    }
+    assert {name: r["count"] for name, r in fused_engine.timer.summary().items()} == {
+        "epoch": 4,
+        "evaluate": 2,
+    }
+    for r in profile_engine.timer.summary().values():
+        assert r["total_s"] > 0 and r["avg_s"] == r["total_s"] / r["count"]

@@ -1,0 +1,179 @@
+"""Hooks: `chain` order, `every` cadence, user hooks, `nan_guard` errors, `timed` and the table."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import jaxrl_engine as jre
+from tests.conftest import small_config
+
+
+def recording(name: str, log: list[str]) -> jre.Hook:
+    """A hook that logs its before/after work around the phase it wraps."""
+
+    def transform(phase):
+        def wrapped(state):
+            log.append(f"{name}:before")
+            state, metrics = phase(state)
+            log.append(f"{name}:after")
+            return state, {**metrics, name: len(log)}
+
+        return wrapped
+
+    return transform
+
+
+def test_chain_wraps_first_hook_innermost():
+    def run(compose) -> tuple[list[str], tuple]:
+        log: list[str] = []
+
+        def phase(state):
+            log.append("phase")
+            return state + 1, {}
+
+        out = compose(recording("a", log), recording("b", log))(phase)(0)
+        return log, out
+
+    log, out = run(lambda a, b: jre.chain(a, b))
+    assert log == ["b:before", "a:before", "phase", "a:after", "b:after"]
+    assert out == (1, {"a": 4, "b": 5})
+    assert run(lambda a, b: lambda phase: b(a(phase))) == (log, out)
+
+
+def test_empty_chain_is_the_identity():
+    def phase(state):
+        return state * 2, {"x": 1}
+
+    assert jre.chain()(phase)(3) == (6, {"x": 1})
+
+
+def marked(phase):
+    """Adds `train/marked` = 1.0: whether the hook ran this epoch."""
+
+    def wrapped(state):
+        state, metrics = phase(state)
+        return state, {**metrics, "train/marked": jnp.float32(1.0)}
+
+    return wrapped
+
+
+def test_every_applies_the_hook_only_on_epochs_divisible_by_n(small_cfg):
+    engine = jre.build(small_cfg, hooks={"train": [jre.every(2, marked)]})
+    state = engine.init(jax.random.key(0))
+    seen = []
+    for _ in range(4):
+        counter = int(state.counters.epoch)  # `train` sees the epoch before sync_weights adds 1
+        state, metrics = engine.epoch(state)
+        seen.append((counter, float(metrics["train/marked"])))
+        assert np.isfinite(float(metrics["train/loss"]))  # the phase itself runs every epoch
+    assert [c for c, _ in seen] == [0, 1, 2, 3]
+    assert [v == 1.0 for _, v in seen] == [True, False, True, False]
+    assert all(np.isnan(v) for c, v in seen if c % 2)
+
+
+def test_every_padding_does_not_trip_nan_guard_in_the_driver(small_cfg, tmp_path):
+    """`every` pads its metrics with NaN on skipped epochs; that is not a non-finite failure."""
+    assert small_cfg.nan_guard
+    engine = jre.build(small_cfg, hooks={"train": [jre.every(2, marked)]})
+    _, history = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    assert [r["epoch"] for r in history] == [1, 2, 3, 4]
+    assert [r["train/marked"] == 1.0 for r in history] == [True, False, True, False]
+
+
+def param_norm(phase):
+    """A user hook in a few lines: the global norm of the params after the phase."""
+
+    def wrapped(state):
+        state, metrics = phase(state)
+        return state, {**metrics, "train/param_norm": optax.tree.norm(state.train.params)}
+
+    return wrapped
+
+
+def test_user_hook_metric_shows_up_in_epoch_metrics_and_run_history(small_cfg, tmp_path):
+    engine = jre.build(small_cfg, hooks={"train": [param_norm]})
+    state, metrics = engine.epoch(engine.init(jax.random.key(0)))
+    expected = float(optax.tree.norm(state.train.params))
+    np.testing.assert_allclose(float(metrics["train/param_norm"]), expected, rtol=1e-5)
+
+    _, history = engine.run(state, run_dir=tmp_path)
+    assert all(r["train/param_norm"] > 0 for r in history)
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all("train/param_norm" in r for r in logged)
+
+
+def poison_obs_at_epoch_3(phase):
+    """Makes the observations NaN after the rollout of the epoch whose counter is 3."""
+
+    def wrapped(state):
+        state, metrics = phase(state)
+        obs = jnp.where(state.counters.epoch == 3, jnp.nan, state.env.obs)
+        return state.replace(env=state.env.replace(obs=obs)), metrics
+
+    return wrapped
+
+
+def test_nan_guard_stops_the_run_naming_phase_quantity_and_epoch(small_cfg, tmp_path):
+    engine = jre.build(small_cfg, hooks={"rollout": [poison_obs_at_epoch_3]})
+    assert engine.num_epochs == 4
+    with pytest.raises(jre.NonFiniteError, match=r"phase 'rollout'.*'env\.obs'.*epoch 3") as info:
+        engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    assert (info.value.phase, info.value.quantity, info.value.epoch) == ("rollout", "env.obs", 3)
+    logged = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(logged) == 3  # the epochs before the failure are kept
+
+
+def test_nan_guard_off_lets_the_same_run_finish(tmp_path):
+    cfg = small_config("nan_guard=false", tmp_path=tmp_path)
+    engine = jre.build(cfg, hooks={"rollout": [poison_obs_at_epoch_3]})
+    _, history = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    assert len(history) == 4
+
+
+def test_timed_records_count_total_and_average():
+    timer = jre.Timer()
+
+    def phase(state):
+        time.sleep(0.02)
+        return state, {}
+
+    timed_phase = jre.timed("slow", timer)(phase)
+    for _ in range(3):
+        assert timed_phase(jnp.ones(2))[1] == {}
+    summary = timer.summary()["slow"]
+    assert summary["count"] == 3
+    assert summary["total_s"] >= 3 * 0.02
+    assert summary["avg_s"] == pytest.approx(summary["total_s"] / 3)
+
+
+def test_timed_waits_for_the_device_result():
+    timer = jre.Timer()
+    x = jnp.ones((1500, 1500)) / 1500  # idempotent under matmul: no overflow
+    work = jax.jit(lambda s: (jnp.linalg.matrix_power(s, 16), {}))
+    jax.block_until_ready(work(x))  # compile outside the timer
+    out, _ = jre.timed("work", timer)(work)(x)
+    assert out.is_ready()  # timed returned only once the (async) device work finished
+
+
+def test_timing_summary_lists_every_phase(small_cfg, capsys):
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    names = ("rollout", "update_dataset", "train", "sync_weights", "evaluate")
+    for name in names:
+        state, _ = engine.timed_call(name, state)
+    table = engine.timing_summary(echo=False)
+    assert capsys.readouterr().out == ""
+    lines = table.splitlines()
+    assert "count" in lines[0] and "total" in lines[0] and "avg" in lines[0]
+    for name in names:
+        (row,) = [line for line in lines if line.split()[0] == name]
+        assert row.split()[1] == "1"
+    assert engine.timing_summary() == table
+    assert capsys.readouterr().out.strip() == table

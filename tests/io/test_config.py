@@ -1,0 +1,176 @@
+"""Config: YAML files, the schema's defaults, dotted overrides, the resolved copy in a run dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+import jaxrl_engine as jre
+from jaxrl_engine.io.config import ALGO_CONFIGS, PPOConfig
+from jaxrl_engine.io.run_dir import RunDir
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def schema_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted key of the schema (sub-models expanded; `algo.*` of every algorithm)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        if name == "algo" and model is jre.Config:
+            for algo in ALGO_CONFIGS.values():
+                keys += schema_keys(algo, "algo.")
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            keys += schema_keys(field.annotation, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return sorted(set(keys))
+
+
+KEYS = schema_keys(jre.Config)
+ALGO_NAMES = sorted(ALGO_CONFIGS)
+
+
+def test_cartpole_file_spells_out_exactly_the_schema_defaults():
+    assert jre.load_config(ROOT / "configs" / "ppo_cartpole.yaml") == jre.Config()
+    assert jre.load_config(None) == jre.Config()
+    # Every key is written out in the file, with the default's value.
+    raw = yaml.safe_load((ROOT / "configs" / "ppo_cartpole.yaml").read_text())
+    assert raw == jre.Config().model_dump(mode="json")
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_shipped_config_loads(path):
+    cfg = jre.load_config(path)
+    assert cfg.name == path.stem
+
+
+def test_dotted_overrides_set_nested_values():
+    cfg = jre.load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [
+            "algo.lr=1e-3",
+            "algo.hidden_sizes=[32,32]",
+            "env.num_envs=8",
+            "seed=3",
+            "eval.env_params={max_steps_in_episode: 5}",
+            "algo.anneal_lr=false",
+        ],
+    )
+    assert cfg.algo.lr == 0.001 and isinstance(cfg.algo.lr, float)
+    assert cfg.algo.hidden_sizes == [32, 32]
+    assert cfg.env.num_envs == 8
+    assert cfg.seed == 3
+    assert cfg.eval.env_params == {"max_steps_in_episode": 5}
+    assert cfg.algo.anneal_lr is False
+    assert cfg.algo.gamma == jre.Config().algo.gamma  # untouched keys keep the file's values
+
+
+def test_later_override_wins():
+    assert jre.load_config(None, ["algo.lr=1e-3", "algo.lr=2e-3"]).algo.lr == 0.002
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("bogus=1", "'bogus'"),
+        ("env.bogus=1", "'env.bogus'"),
+        ("algo.bogus=1", "'algo.bogus'"),
+        ("algo.ppo=1", "'algo.ppo'"),
+    ],
+)
+def test_unknown_key_message_names_the_full_dotted_key(override, key):
+    with pytest.raises(jre.ConfigError) as info:
+        jre.load_config(None, [override])
+    assert f"unknown config key {key}" in str(info.value)
+
+
+def test_resolved_config_in_the_run_directory_loads_back_equal(tmp_path):
+    cfg = jre.load_config(
+        ROOT / "configs" / "ppo_pendulum.yaml",
+        [
+            "algo.lr=3e-4",
+            "algo.hidden_sizes=[32,16]",
+            "eval.env_params={max_steps_in_episode: 7}",
+            "compile_cache_dir=/tmp/cache",
+            f"run_dir={tmp_path}",
+        ],
+    )
+    RunDir(tmp_path / cfg.name, cfg).close()
+    assert jre.load_config(tmp_path / cfg.name / "config.yaml") == cfg
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    name=st.text(max_size=20),
+    lr=st.floats(min_value=1e-12, max_value=1e3),
+    gamma=st.floats(min_value=1e-6, max_value=1.0),
+    hidden=st.lists(st.integers(1, 4096), min_size=1, max_size=4),
+)
+def test_any_valid_config_round_trips_through_the_run_directory(
+    tmp_path_factory, name, lr, gamma, hidden
+):
+    cfg = jre.Config(name=name, algo=PPOConfig(lr=lr, gamma=gamma, hidden_sizes=hidden))
+    path = tmp_path_factory.mktemp("run")
+    RunDir(path, cfg).close()
+    assert jre.load_config(path / "config.yaml") == cfg
+
+
+VALUES = [
+    "null",
+    "{a: 1}",
+    "{max_steps_in_episode: 3}",
+    "[",
+    "{",
+    "tanh",
+    "CartPole-v1",
+    "Pendulum-v1",
+    "1e-3",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "-0",
+    "0.5",
+    *ALGO_NAMES,
+]
+_value = st.one_of(
+    st.integers(-(10**12), 10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.booleans().map(lambda b: "true" if b else "false"),
+    st.text(max_size=15),
+    st.lists(st.integers(-5, 300), max_size=4).map(lambda xs: f"[{','.join(map(str, xs))}]"),
+    st.sampled_from(VALUES),
+)
+_junk_key = st.text(alphabet="abcxyz_.0123 ", max_size=12)
+_key = st.one_of(
+    st.sampled_from(KEYS),
+    _junk_key,
+    st.tuples(st.sampled_from(KEYS), _junk_key).map(".".join),
+    st.sampled_from(
+        ["algo", "algo.ppo", "env.params.gravity", "env.params.bogus", "eval.env_params.tau"]
+    ),
+)
+_override = st.one_of(
+    st.tuples(_key, _value).map("=".join),
+    st.sampled_from(ALGO_NAMES).map("algo.name={}".format),  # reach every algorithm's checks
+    st.text(max_size=20),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(overrides=st.lists(_override, max_size=4))
+@example(overrides=["seed=1e400"])
+@example(overrides=["algo.name=dqn", "algo.train_ratio=.inf"])
+@example(overrides=["algo.name=sac", "algo.buffer_size=.inf"])
+def test_random_overrides_load_or_raise_config_error(overrides):
+    try:
+        cfg = jre.load_config(None, overrides)
+    except jre.ConfigError as e:
+        assert str(e)
+    else:
+        assert isinstance(cfg, jre.Config)

@@ -1,0 +1,123 @@
+"""`jaxrl-engine train`: bad input exits 2 with one clear paragraph before any compile; a good
+run ends its stdout with the JSON summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import jax
+import pytest
+
+import jaxrl_engine.core.engine as engine_module
+from jaxrl_engine import cli
+from tests.conftest import SMALL
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")
+EXECUTABLE = Path(sys.executable).parent / "jaxrl-engine"
+SUMMARY_KEYS = {"final_eval_return", "env_steps", "wall_s", "steps_per_second", "compile_s"}
+
+
+class CompiledTooEarly(RuntimeError):
+    """Raised by the patched engine/jit: bad input got past validation."""
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+    """Building an engine or jitting anything fails loudly; the mocks record any call."""
+    mocks = {
+        "Engine.__init__": mock.Mock(side_effect=CompiledTooEarly("Engine built")),
+        "build": mock.Mock(side_effect=CompiledTooEarly("build called")),
+        "jax.jit": mock.Mock(side_effect=CompiledTooEarly("jax.jit called")),
+    }
+    monkeypatch.setattr(engine_module.Engine, "__init__", mocks["Engine.__init__"])
+    monkeypatch.setattr(engine_module, "build", mocks["build"])
+    monkeypatch.setattr(jax, "jit", mocks["jax.jit"])
+    return mocks
+
+
+def assert_one_paragraph(err: str) -> None:
+    text = err.strip()
+    assert text.startswith("jaxrl-engine: "), err
+    assert "\n\n" not in text, err
+    assert "Traceback" not in text, err
+
+
+BAD_INPUT = {
+    "unknown top-level key": (
+        "bogus_key=1",
+        ["'bogus_key'", "valid keys", "total_env_steps", "env"],
+    ),
+    "unknown nested key": ("algo.bogus=1", ["'algo.bogus'", "valid keys", "lr", "num_steps"]),
+    "wrong type": ("env.num_envs=four", ["'env.num_envs'", "integer", "'four'"]),
+    "wrong choice": (
+        "algo.activation=sigmoid",
+        ["'algo.activation'", "'tanh'", "'relu'", "'silu'"],
+    ),
+    "negative size": ("env.num_envs=-4", ["'env.num_envs'", "greater than 0", "-4"]),
+    "unknown env id": (
+        "env.id=CartPole-v9",
+        ["'env.id'", "CartPole-v9", "CartPole-v1", "Pendulum-v1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("with_file", [False, True], ids=["no-file", "config-file"])
+@pytest.mark.parametrize("override, expected", BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_bad_input_exits_2_naming_key_and_choices_before_any_compile(
+    override, expected, with_file, no_compile, capsys
+):
+    argv = ["train", *([CARTPOLE] if with_file else []), "seed=1", override]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert_one_paragraph(err)
+    for fragment in expected:
+        assert fragment in err
+    assert out == ""
+    for name, m in no_compile.items():
+        assert not m.called, f"{name} was called before the bad input was reported"
+
+
+def test_missing_config_file_exits_2_naming_the_path(tmp_path, no_compile, capsys):
+    path = tmp_path / "nowhere" / "ppo.yaml"
+    assert cli.main(["train", str(path), "seed=1"]) == cli.EXIT_BAD_INPUT
+    _, err = capsys.readouterr()
+    assert_one_paragraph(err)
+    assert str(path) in err
+    assert not any(m.called for m in no_compile.values())
+
+
+def test_installed_executable_rejects_an_unknown_key_with_exit_2(tmp_path):
+    assert EXECUTABLE.is_file(), f"{EXECUTABLE} missing: pip install -e . in the venv"
+    proc = subprocess.run(
+        [str(EXECUTABLE), "train", CARTPOLE, "algo.lrr=1e-3", f"run_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert_one_paragraph(proc.stderr)
+    assert "'algo.lrr'" in proc.stderr and "lr" in proc.stderr
+    assert proc.stdout == ""
+    assert not any(tmp_path.iterdir()), "a rejected run must not create a run directory"
+
+
+def test_successful_run_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
+    # 300 steps with 4 envs x 16 steps = 64 per epoch: rounded up to 5 epochs = 320 steps.
+    argv = ["train", *SMALL, "total_env_steps=300", "name=tiny", f"run_dir={tmp_path}"]
+    assert cli.main(argv) == 0
+    out, _ = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert isinstance(summary, dict)
+    assert set(summary) >= SUMMARY_KEYS
+    assert summary["env_steps"] == math.ceil(300 / (4 * 16)) * 4 * 16 == 320
+    assert summary["env_steps"] >= 300
+    assert math.isfinite(summary["final_eval_return"])
+    assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
+    assert json.loads((tmp_path / "tiny" / "summary.json").read_text())["env_steps"] == 320
