@@ -71,11 +71,20 @@ def gae(
 class PPO:
     name = "ppo"
 
-    def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
+    def __init__(
+        self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
+    ):
+        """network: an injected actor-critic (`init(key, obs)`, `apply(params, obs)`); default
+        the flax `ActorCritic`, or a torch module when `cfg.torch_policy` is set."""
         self.cfg, self.spec, self.num_envs = cfg, spec, num_envs
         self.discrete = spec.action.discrete
         action_dim = spec.action.num_actions or int(np.prod(spec.action.shape))
-        self.network = ActorCritic(
+        torch_cfg = getattr(cfg, "torch_policy", None)
+        if network is None and torch_cfg is not None:
+            from jaxrl_engine.interop.torch_policy import build_torch_policy
+
+            network = build_torch_policy(torch_cfg, spec, cfg.hidden_sizes, cfg.activation)
+        self.network = network or ActorCritic(
             action_dim=int(action_dim),
             discrete=self.discrete,
             hidden_sizes=tuple(cfg.hidden_sizes),
@@ -93,6 +102,11 @@ class PPO:
         self.optimizer = optax.chain(
             optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5)
         )
+        self.torch_learner = None  # train in torch, act in JAX (algo.torch_policy.learner=torch)
+        if torch_cfg is not None and torch_cfg.learner == "torch":
+            from jaxrl_engine.interop.torch_learner import TorchPPOLearner
+
+            self.torch_learner = TorchPPOLearner(self, total_grad_steps)
 
     def grad_steps_per_epoch(self) -> int:
         return self.cfg.update_epochs * self.cfg.num_minibatches
@@ -109,7 +123,10 @@ class PPO:
         )
 
     def acting_params(self, train_state: PPOState) -> dict[str, Any]:
-        return {"net": train_state.params, "obs_norm": train_state.obs_norm}
+        net = train_state.params
+        if hasattr(self.network, "acting_params"):  # e.g. a bf16 acting copy
+            net = self.network.acting_params(net)
+        return {"net": net, "obs_norm": train_state.obs_norm}
 
     def _normalize(self, obs_norm: RunningMeanStd, obs: jax.Array) -> jax.Array:
         obs = obs.astype(jnp.float32)
@@ -218,6 +235,8 @@ class PPO:
         }
 
     def train(self, train_state: PPOState, buffer: Transition, batch: PPOBatch, key):
+        if self.torch_learner is not None:
+            return self.torch_learner.train(train_state, buffer, batch, key)
         cfg = self.cfg
         T, N = buffer.reward.shape
         flat = jax.tree.map(

@@ -52,6 +52,40 @@ class EvalConfig(_Strict):
     )
 
 
+class TorchPolicyConfig(_Strict):
+    """A torch nn.Module as PPO's policy (needs the `torch` extra); see jaxrl_engine.interop."""
+
+    factory: str = Field(
+        "jaxrl_engine.interop.torch_nets:mlp",
+        description="'module:function' building the nn.Module: f(in_shape, out_dim, out_scale, **kwargs)",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of the factory (the built-in mlp defaults to algo.hidden_sizes/activation)",
+    )
+    path: Literal["fast", "universal"] = Field(
+        "fast",
+        description="fast: weights bridged into native JAX ops; universal: any module via callback",
+    )
+    critic: Literal["jax", "torch"] = Field(
+        "jax", description="value network: a flax MLP, or a second module from the factory"
+    )
+    learner: Literal["jax", "torch"] = Field(
+        "jax",
+        description="jax: optax trains the weights; torch: a torch optimizer (train in torch, act in JAX)",
+    )
+    acting_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="dtype of the acting copy sync_weights makes (null: as trained)"
+    )
+    torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the factory runs")
+
+    @model_validator(mode="after")
+    def _torch_learner_needs_torch_critic(self) -> TorchPolicyConfig:
+        if self.learner == "torch" and self.critic != "torch":
+            raise ValueError("learner=torch trains both networks in torch: set critic: torch")
+        return self
+
+
 class PPOConfig(_Strict):
     name: Literal["ppo"] = "ppo"
     num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
@@ -71,6 +105,9 @@ class PPOConfig(_Strict):
     activation: Literal["tanh", "relu", "gelu", "silu"] = "tanh"
     normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
     normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
+    torch_policy: TorchPolicyConfig | None = Field(
+        None, description="act with a torch nn.Module (fast or universal path); null: flax MLPs"
+    )
 
 
 AlgoConfig = Annotated[PPOConfig, Field(discriminator="name")]

@@ -1,0 +1,190 @@
+"""A torch learner as PPO's `train` phase: train in torch, act in JAX.
+
+`algo.torch_policy.learner: torch` (with `critic: torch`). Inside the jitted epoch, `train`
+hands the batch that `update_dataset` prepared (observations already normalised, actions,
+old log-probs and values, advantages, returns) to torch through `jax.experimental.io_callback`;
+inside the callback every array reaches torch by DLPack without a copy (`to_torch`, checked
+by pointer). A torch optimizer (Adam, the config's lr/annealing/eps, global-norm clipping) runs
+the same clipped-PPO epochs x minibatches as the JAX learner. The callback returns the new
+weights: that is ONE copy of the weights per epoch (numpy views of torch's storage copied into
+XLA's output buffers), counted in `bytes_to_jax`; `sync_weights` then makes them the acting
+params of the fast-path (native JAX) policy.
+
+The torch modules and optimizer live on the host, outside `EngineState`: this learner is
+stateful (a fresh `engine.init` does not reset torch), and `make_train` cannot `vmap` it over
+seeds (an io_callback is not batched). Outside jit, `acting_params()` bridges the current
+torch weights zero-copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
+
+if TYPE_CHECKING:
+    from jaxrl_engine.algos.ppo import PPO, PPOBatch, PPOState
+    from jaxrl_engine.buffers.rollout import Transition
+
+METRICS = (
+    "train/loss",
+    "train/policy_loss",
+    "train/value_loss",
+    "train/entropy",
+    "train/approx_kl",
+    "train/clip_fraction",
+    "train/grad_norm",
+)
+
+
+class TorchPPOLearner:
+    """Clipped PPO in torch over the actor/critic modules of a `TorchActorCritic`."""
+
+    def __init__(self, ppo: PPO, total_grad_steps: int):
+        import torch
+
+        network = ppo.network
+        if getattr(network, "critic_module", None) is None:
+            raise ValueError(
+                "algo.torch_policy.learner=torch needs torch modules for actor and critic "
+                "(algo.torch_policy.critic=torch)"
+            )
+        self.ppo, self.cfg = ppo, ppo.cfg
+        self.actor, self.critic = network.actor_module, network.critic_module
+        params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.log_std = None
+        if not ppo.discrete:
+            self.log_std = torch.nn.Parameter(torch.zeros(network.action_dim))
+            params.append(self.log_std)
+        self.params = params
+        self.optimizer = torch.optim.Adam(params, lr=self.cfg.lr, eps=1e-5)
+        steps = max(1, total_grad_steps)
+        anneal = (lambda i: max(0.0, 1.0 - i / steps)) if self.cfg.anneal_lr else (lambda i: 1.0)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, anneal)
+        self.bytes_to_jax = 0  # weights copied into XLA by the callback, all epochs together
+        self.batch_report = BridgeReport()  # how the batches crossed (zero-copy expected)
+
+    # ------------------------------------------------------------- in jit
+    def train(self, train_state: PPOState, buffer: Transition, batch: PPOBatch, key: jax.Array):
+        ppo = self.ppo
+        T, N = buffer.reward.shape
+        flat = lambda x: x.reshape((T * N, *x.shape[2:]))  # noqa: E731
+        data = (
+            flat(ppo._normalize(batch.obs_norm, buffer.obs)),
+            flat(buffer.action),
+            flat(buffer.extras["log_prob"]),
+            flat(buffer.extras["value"]),
+            flat(batch.advantages),
+            flat(batch.returns),
+        )
+        seed = jax.random.randint(key, (), 0, np.iinfo(np.int32).max)
+        params = train_state.params
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+        metric_shapes = {k: jax.ShapeDtypeStruct((), jnp.float32) for k in METRICS}
+        new_params, metrics = io_callback(
+            self._train_host, (shapes, metric_shapes), data, seed, ordered=False
+        )
+        return train_state.replace(params=new_params), metrics
+
+    # ------------------------------------------------------------- on host
+    def _train_host(self, data: tuple[Any, ...], seed: Any):
+        import torch
+
+        cfg = self.cfg
+        obs, action, old_log_prob, old_value, adv_all, target_all = to_torch(
+            tuple(data), report=self.batch_report
+        )
+        n = obs.shape[0]
+        mb_size = n // cfg.num_minibatches
+        generator = torch.Generator().manual_seed(int(seed))
+        sums = dict.fromkeys(METRICS, 0.0)
+        count = 0
+        self.actor.train()
+        self.critic.train()
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(n, generator=generator)
+            for idx in perm[: mb_size * cfg.num_minibatches].split(mb_size):
+                metrics = self._minibatch(
+                    obs[idx],
+                    action[idx],
+                    old_log_prob[idx],
+                    old_value[idx],
+                    adv_all[idx],
+                    target_all[idx],
+                )
+                for k, v in metrics.items():
+                    sums[k] += v
+                count += 1
+        self.actor.eval()
+        self.critic.eval()
+        out = self._weights_numpy()
+        self.bytes_to_jax += sum(a.nbytes for a in jax.tree.leaves(out))
+        return out, {k: np.float32(v / max(count, 1)) for k, v in sums.items()}
+
+    def _minibatch(self, obs, action, old_log_prob, old_value, adv, target) -> dict[str, float]:
+        import torch
+
+        cfg = self.cfg
+        head = self.actor(obs)
+        value = self.critic(obs)[..., 0]
+        if self.ppo.discrete:
+            dist: Any = torch.distributions.Categorical(logits=head)
+            log_prob = dist.log_prob(action.long())
+            entropy = dist.entropy().mean()
+        else:
+            assert self.log_std is not None
+            std = self.log_std.exp().expand_as(head)
+            dist = torch.distributions.Normal(head, std)
+            log_prob = dist.log_prob(action.reshape(head.shape)).sum(-1)
+            entropy = dist.entropy().sum(-1).mean()
+        value_clipped = old_value + (value - old_value).clamp(-cfg.clip_eps, cfg.clip_eps)
+        value_loss = (
+            0.5 * torch.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+        )
+        ratio = (log_prob - old_log_prob).exp()
+        adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+        clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+        policy_loss = -torch.minimum(ratio * adv, clipped * adv).mean()
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        self.optimizer.step()
+        self.schedule.step()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1.0) - ratio.log()).mean()
+            clip_frac = ((ratio - 1.0).abs() > cfg.clip_eps).float().mean()
+        return {
+            "train/loss": float(loss.detach()),
+            "train/policy_loss": float(policy_loss.detach()),
+            "train/value_loss": float(value_loss.detach()),
+            "train/entropy": float(entropy.detach()),
+            "train/approx_kl": float(approx_kl),
+            "train/clip_fraction": float(clip_frac),
+            "train/grad_norm": float(grad_norm),
+        }
+
+    def _weights_numpy(self) -> dict[str, Any]:
+        """The learner's weights in the layout of `PPOState.params` (numpy views, no copy)."""
+        out: dict[str, Any] = {
+            "actor": {k: v.detach().numpy() for k, v in self.actor.state_dict().items()},
+            "critic": {k: v.detach().numpy() for k, v in self.critic.state_dict().items()},
+        }
+        if self.log_std is not None:
+            out["log_std"] = self.log_std.detach().numpy()
+        return out
+
+    def acting_params(self, report: BridgeReport | None = None) -> dict[str, Any]:
+        """The current torch weights as JAX params, zero-copy (outside jit)."""
+        out: dict[str, Any] = {
+            "actor": from_torch(dict(self.actor.state_dict()), report=report),
+            "critic": from_torch(dict(self.critic.state_dict()), report=report),
+        }
+        if self.log_std is not None:
+            out["log_std"] = from_torch(self.log_std, detach=True, report=report)
+        return out

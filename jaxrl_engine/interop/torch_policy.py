@@ -1,0 +1,271 @@
+"""A torch `nn.Module` as the acting policy: the fast path and the universal path.
+
+`TorchFunction(module, path)` is a JAX function of the module's weights, `fn(params, x)`:
+
+- `path="fast"`: the module is translated to native JAX ops (`convert.module_to_jax`); rollout
+  runs at JAX speed; only the layers `convert.SUPPORTED` lists.
+- `path="universal"`: any module, run by torch inside the jitted rollout through
+  `jax.pure_callback` (DLPack zero-copy inside the callback); batched under `vmap` with
+  `vmap_method="expand_dims"`, so a step is ONE torch call whatever the env vmap; gradients
+  come from `torch.func.vjp` through a `custom_vjp`, so the JAX learner can train it.
+
+Either way the weights are JAX params (a flat dict keyed like the module's state dict) that a
+JAX learner updates; `export_to_torch(params, module)` writes them back into the module.
+`TorchActorCritic` puts a torch actor (and optionally a torch critic; else a flax MLP critic)
+behind the network interface PPO uses (`init(key, obs)`, `apply(params, obs)`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_engine.interop.convert import Params, module_to_jax
+from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
+
+if TYPE_CHECKING:
+    import torch
+
+PolicyPath = Literal["fast", "universal"]
+
+
+class TorchFunction:
+    """`fn(params, x)`: the module as a JAX function of its weights (`x: [batch, *in_shape]`)."""
+
+    def __init__(self, module: torch.nn.Module, path: PolicyPath = "fast"):
+        if path not in ("fast", "universal"):
+            raise ValueError(f"torch policy path {path!r}: valid choices 'fast', 'universal'")
+        self.module = module.eval()
+        self.path = path
+        if path == "fast":
+            self._apply, _ = module_to_jax(module)
+        else:
+            self._apply = _universal_apply(module)
+
+    def params(self, report: BridgeReport | None = None) -> Params:
+        """The module's current weights as JAX arrays (zero-copy: they alias torch's)."""
+        return from_torch(dict(self.module.state_dict()), copy="never", report=report)
+
+    def __call__(self, params: Params, x: jax.Array) -> jax.Array:
+        dtypes = {p.dtype for p in params.values()}
+        if len(dtypes) == 1:  # a cast acting copy (e.g. bf16) computes in its own dtype
+            x = x.astype(next(iter(dtypes)))
+        return self._apply(params, x)
+
+
+def export_to_torch(
+    params: Params, module: torch.nn.Module, report: BridgeReport | None = None
+) -> int:
+    """Write JAX `params` into `module`'s weights in place (casting to their dtypes).
+
+    One copy per leaf, into torch's own storage (so the module never aliases JAX buffers that
+    JAX may free or donate). Returns the bytes written.
+    """
+    import torch
+
+    state = module.state_dict()
+    missing = sorted(set(state) - set(params))
+    extra = sorted(set(params) - set(state))
+    if missing or extra:
+        raise KeyError(
+            f"params do not match the module's state dict: missing {missing}, unexpected {extra}"
+        )
+    written = 0
+    tensors = to_torch(dict(params), report=report)
+    with torch.no_grad():
+        for name, target in state.items():
+            target.copy_(tensors[name])
+            written += target.numel() * target.element_size()
+    return written
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    import torch
+
+    name = jnp.dtype(dtype).name
+    found = getattr(torch, "bool" if name == "bool" else name, None)
+    if not isinstance(found, torch.dtype):
+        raise TypeError(f"dtype {name} has no torch counterpart")
+    return found
+
+
+def _lead(shape: tuple[int, ...], core_ndim: int) -> tuple[int, ...]:
+    return shape[: len(shape) - core_ndim]
+
+
+def _universal_apply(module: torch.nn.Module):
+    """A pure JAX function running `module` in torch through callbacks (see module docs)."""
+    import torch
+    from torch.func import functional_call, vjp
+
+    names = list(module.state_dict())
+    param_ndim = {k: v.ndim for k, v in module.state_dict().items()}
+    out_cache: dict[tuple[Any, ...], jax.ShapeDtypeStruct] = {}
+
+    def out_struct(params: Params, x: jax.Array) -> jax.ShapeDtypeStruct:
+        key = (x.shape, str(x.dtype), tuple(str(params[k].dtype) for k in names))
+        if key not in out_cache:
+            probe = {
+                k: torch.zeros(params[k].shape, dtype=_torch_dtype(params[k].dtype)) for k in names
+            }
+            x0 = torch.zeros((1, *x.shape[1:]), dtype=_torch_dtype(x.dtype))
+            with torch.no_grad():
+                y = functional_call(module, probe, (x0,))
+            dtype = jnp.dtype(str(y.dtype).removeprefix("torch."))
+            out_cache[key] = jax.ShapeDtypeStruct((x.shape[0], *y.shape[1:]), dtype)
+        return out_cache[key]
+
+    def batched(params: dict[str, Any], x: Any, in_ndim: int, fn) -> np.ndarray:
+        """Calls `fn(params, x)` once per distinct params; vmapped axes lead every input."""
+        x_t = torch.from_dlpack(x)
+        p_t = {k: torch.from_dlpack(params[k]) for k in names}
+        lead_x = _lead(tuple(x_t.shape), in_ndim)
+        lead_p = [_lead(tuple(p_t[k].shape), param_ndim[k]) for k in names]
+        full = tuple(np.broadcast_shapes(lead_x, *lead_p))
+        core = tuple(x_t.shape[len(lead_x) :])
+        x_t = x_t.expand(*full, *core)
+        if all(math.prod(lp) == 1 for lp in lead_p):
+            p1 = {k: p_t[k].reshape(p_t[k].shape[len(full) :]) for k in names}
+            y = fn(p1, x_t.reshape(-1, *core[1:]))
+            return y.reshape(*full, *core[:1], *y.shape[1:]).numpy()
+        outs = []
+        for idx in np.ndindex(*full):
+            pi = {k: p_t[k].expand(*full, *p_t[k].shape[len(full) :])[idx] for k in names}
+            outs.append(fn(pi, x_t[idx]))
+        y = torch.stack(outs)
+        return y.reshape(*full, *y.shape[1:]).numpy()
+
+    def call(p: dict[str, Any], xs: Any) -> Any:
+        with torch.no_grad():
+            return functional_call(module, p, (xs,))
+
+    def forward(params: Params, x: jax.Array) -> jax.Array:
+        # x.ndim here is the per-call rank: vmap hides its axes from the traced function.
+        host = functools.partial(batched, in_ndim=x.ndim, fn=call)
+        return jax.pure_callback(host, out_struct(params, x), params, x, vmap_method="expand_dims")
+
+    def vjp_host(params, x, g):
+        p_t = {k: torch.from_dlpack(params[k]) for k in names}
+        x_t, g_t = torch.from_dlpack(x), torch.from_dlpack(g)
+        _, pullback = vjp(lambda p: functional_call(module, p, (x_t,)), p_t)
+        (grads,) = pullback(g_t)
+        return {k: grads[k].numpy() for k in names}
+
+    @jax.custom_vjp
+    def apply(params: Params, x: jax.Array) -> jax.Array:
+        return forward(params, x)
+
+    def apply_fwd(params: Params, x: jax.Array):
+        return forward(params, x), (params, x)
+
+    def apply_bwd(res, g):
+        params, x = res
+        shapes = {k: jax.ShapeDtypeStruct(params[k].shape, params[k].dtype) for k in names}
+        grads = jax.pure_callback(vjp_host, shapes, params, x, g, vmap_method="sequential")
+        return grads, jnp.zeros_like(x)
+
+    apply.defvjp(apply_fwd, apply_bwd)
+    return apply
+
+
+class TorchActorCritic:
+    """PPO's actor-critic with a torch actor (and optionally a torch critic).
+
+    `init(key, obs)` -> `{"actor": ..., "critic": ..., ["log_std"]}` where the torch parts are
+    the modules' current weights (copied into the state at init); `apply(params, obs)` ->
+    `(logits or mean [batch, action_dim], log_std | None, value [batch])`, like `ActorCritic`.
+    acting_dtype: the dtype of the acting copy that `sync_weights` makes (None: as trained).
+    """
+
+    def __init__(
+        self,
+        actor: torch.nn.Module,
+        *,
+        action_dim: int,
+        discrete: bool,
+        critic: torch.nn.Module | None = None,
+        path: PolicyPath = "fast",
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        acting_dtype: str | None = None,
+    ):
+        from jaxrl_engine.algos.networks import MLP
+
+        self.actor_module, self.critic_module = actor, critic
+        self.actor = TorchFunction(actor, path)
+        self.critic = TorchFunction(critic, path) if critic is not None else None
+        self.flax_critic = MLP(tuple(hidden_sizes), 1, activation, out_scale=1.0)
+        self.action_dim, self.discrete, self.path = action_dim, discrete, path
+        self.acting_dtype = jnp.dtype(acting_dtype) if acting_dtype else None
+
+    def init(self, key: jax.Array, obs: jax.Array) -> dict[str, Any]:
+        # Copies of the torch weights (jnp.array): the learner must not alias torch's storage.
+        params: dict[str, Any] = {"actor": jax.tree.map(jnp.array, self.actor.params())}
+        if self.critic is not None:
+            params["critic"] = jax.tree.map(jnp.array, self.critic.params())
+        else:
+            params["critic"] = self.flax_critic.init(key, obs)
+        if not self.discrete:
+            params["log_std"] = jnp.zeros((self.action_dim,), jnp.float32)
+        return params
+
+    def apply(self, params: dict[str, Any], obs: jax.Array):
+        head = self.actor(params["actor"], obs).astype(jnp.float32)
+        value: Any
+        if self.critic is not None:
+            value = self.critic(params["critic"], obs)[..., 0]
+        else:
+            value = self.flax_critic.apply(params["critic"], obs.astype(jnp.float32))
+            value = value[..., 0]
+        log_std = params.get("log_std")
+        return head, log_std, value.astype(jnp.float32)
+
+    def acting_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What `sync_weights` hands the actor: the params, cast to `acting_dtype` if set."""
+        if self.acting_dtype is None:
+            return params
+        return {
+            **params,
+            "actor": jax.tree.map(lambda p: p.astype(self.acting_dtype), params["actor"]),
+        }
+
+    def export_to_torch(self, params: dict[str, Any]) -> int:
+        """Write trained params back into the torch actor (and critic); returns bytes written."""
+        written = export_to_torch(params["actor"], self.actor_module)
+        if self.critic_module is not None:
+            written += export_to_torch(params["critic"], self.critic_module)
+        return written
+
+
+def build_torch_policy(torch_cfg: Any, spec: Any, hidden_sizes: Sequence[int], activation: str):
+    """`TorchActorCritic` from an `algo.torch_policy` config section and the env spec."""
+    import torch
+
+    from jaxrl_engine.interop.torch_nets import mlp, resolve_factory
+
+    factory = resolve_factory(torch_cfg.factory)
+    discrete = spec.action.discrete
+    action_dim = spec.action.num_actions or int(np.prod(spec.action.shape))
+    torch.manual_seed(torch_cfg.torch_seed)
+    kwargs = dict(torch_cfg.kwargs)
+    if factory is mlp:  # the built-in MLP follows algo.hidden_sizes / algo.activation
+        kwargs.setdefault("hidden_sizes", tuple(hidden_sizes))
+        kwargs.setdefault("activation", activation)
+    actor = factory(spec.obs_shape, int(action_dim), 0.01, **kwargs)
+    critic = factory(spec.obs_shape, 1, 1.0, **kwargs) if torch_cfg.critic == "torch" else None
+    return TorchActorCritic(
+        actor,
+        action_dim=int(action_dim),
+        discrete=discrete,
+        critic=critic,
+        path=torch_cfg.path,
+        hidden_sizes=hidden_sizes,
+        activation=activation,
+        acting_dtype=torch_cfg.acting_dtype,
+    )
