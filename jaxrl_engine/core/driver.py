@@ -62,7 +62,6 @@ def run(
         state = engine.warm_up(state, phases=missing)
     compile_s = engine.compile_seconds
     history: list[dict[str, float]] = []
-    guarded: dict[str, list[str]] | None = None
     final_eval = float("nan")
     train_start = time.perf_counter()
     show = cfg.progress if progress is None else progress
@@ -83,9 +82,7 @@ def run(
                     state, eval_metrics = engine.timed_call("evaluate", state)
                     metrics = {**metrics, **eval_metrics}
                 metrics = jax.device_get(metrics)
-                if guarded is None:
-                    guarded = engine.guarded_names(metrics)
-                check_guards(metrics, guarded, epoch)
+                check_guards(metrics, engine.guarded_names, done)
                 elapsed = time.perf_counter() - train_start
                 env_steps = done * engine.steps_per_epoch
                 record = {

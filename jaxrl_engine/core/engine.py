@@ -6,6 +6,7 @@ with evaluate every `eval.interval` epochs. Each phase is `state -> (state, metr
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -114,8 +115,16 @@ class Engine:
             "train": self._train,
             "sync_weights": self._sync_weights,
         }
+        self._raw_phases = raw
+        # Order (innermost first): nan_guard checks what the phase itself computes (its metrics,
+        # observations, params); then the offload placement; then the user's hooks, whose own
+        # metrics are theirs to check (e.g. `every` pads skipped epochs with NaN).
         self.phase_hooks: dict[str, list[Hook]] = {name: [] for name in PHASES}
-        self.guarded: dict[str, list[str]] = {}
+        if cfg.nan_guard:
+            for name in PHASES:
+                self.phase_hooks[name].append(
+                    nan_guard(name, GUARDED_STATE.get(name, ()), skip=MAY_BE_NAN)
+                )
         if cfg.offload:
             for name, place in OFFLOAD_PLACEMENT.items():
                 if place["reload"]:
@@ -126,11 +135,6 @@ class Engine:
             if name not in PHASES:
                 raise ValueError(f"hooks given for unknown phase {name!r}; phases: {PHASES}")
             self.phase_hooks[name].extend(user_hooks)
-        if cfg.nan_guard:
-            for name in PHASES:
-                self.phase_hooks[name].append(
-                    nan_guard(name, GUARDED_STATE.get(name, ()), skip=MAY_BE_NAN)
-                )
         # Pure, hooked phases (callable inside a user's own jit) and their jitted versions.
         self.pure_phases: dict[str, Phase] = {
             name: chain(*self.phase_hooks[name])(raw[name]) for name in PHASES
@@ -343,18 +347,19 @@ class Engine:
         return state, metrics
 
     # ------------------------------------------------------------- compiled
-    def guarded_names(self, metrics: dict[str, Any]) -> dict[str, list[str]]:
+    @functools.cached_property
+    def guarded_names(self) -> dict[str, list[str]]:
         """Per phase, the quantities behind its `guard/<phase>` index (see `nan_guard`)."""
         if not self.cfg.nan_guard:
             return {}
-        names = {}
-        for phase in PHASES:
-            prefix = f"{phase}/"
-            phase_metrics = [k for k in metrics if k.startswith(prefix)]
-            names[phase] = guarded_quantities(
-                phase_metrics, GUARDED_STATE.get(phase, ()), skip=MAY_BE_NAN
+        return {
+            name: guarded_quantities(
+                list(jax.eval_shape(phase, self.state_shape)[1]),
+                GUARDED_STATE.get(name, ()),
+                skip=MAY_BE_NAN,
             )
-        return names
+            for name, phase in self._raw_phases.items()
+        }
 
     def warm_up(self, state: EngineState, phases: Sequence[str] | None = None) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.

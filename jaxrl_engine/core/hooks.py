@@ -156,7 +156,10 @@ class NonFiniteError(FloatingPointError):
 
 
 def check_guards(metrics: dict[str, Any], guarded: dict[str, list[str]], epoch: int) -> None:
-    """Raise `NonFiniteError` for the first phase whose guard fired (host side)."""
+    """Raise `NonFiniteError` for the first phase whose guard fired (host side).
+
+    epoch: counted from 1, as in `metrics.jsonl` (the epoch whose phases produced `metrics`).
+    """
     for phase, names in guarded.items():
         index = metrics.get(guard_key(phase))
         if index is not None and int(np.asarray(index).max()) >= 0:

