@@ -61,28 +61,32 @@ class Transfer:
 
 @dataclass
 class BridgeReport:
-    """What `from_torch`/`to_torch` did, leaf by leaf; pass one as `report=` to collect it."""
+    """What `from_torch`/`to_torch` did, leaf by leaf; pass one as `report=` to collect it.
 
+    keep: store every `Transfer` and the exported tensors (for `check_alive`); a long-running
+    loop passes keep=False and gets the byte counts only.
+    """
+
+    keep: bool = True
     transfers: list[Transfer] = field(default_factory=list)
+    copied_bytes: int = 0
+    zero_copy_bytes: int = 0
     _exported: list[tuple[str, Any, int, int]] = field(default_factory=list, repr=False)
 
-    @property
-    def copied_bytes(self) -> int:
-        return sum(t.nbytes for t in self.transfers if t.copied)
-
-    @property
-    def zero_copy_bytes(self) -> int:
-        return sum(t.nbytes for t in self.transfers if not t.copied)
+    def add(self, transfer: Transfer) -> None:
+        if transfer.copied:
+            self.copied_bytes += transfer.nbytes
+        else:
+            self.zero_copy_bytes += transfer.nbytes
+        if self.keep:
+            self.transfers.append(transfer)
 
     @property
     def copies(self) -> list[Transfer]:
         return [t for t in self.transfers if t.copied]
 
     def summary(self) -> str:
-        lines = [
-            f"{len(self.transfers)} leaves: {self.zero_copy_bytes} bytes zero-copy, "
-            f"{self.copied_bytes} bytes copied"
-        ]
+        lines = [f"{self.zero_copy_bytes} bytes zero-copy, {self.copied_bytes} bytes copied"]
         lines += [f"  copied {t.path} ({t.nbytes} B): {t.reason}" for t in self.copies]
         lines += [
             f"  relaid {t.path}: zero-copy in a permuted layout; a jit re-lays it out per call"
@@ -287,13 +291,14 @@ def _tensor_to_jax(
             )
         reasons.append("JAX copied on import")
     copied = bool(reasons)
-    report.transfers.append(
+    report.add(
         Transfer(path, "torch->jax", nbytes, copied, "; ".join(reasons), permuted and not copied)
     )
     if not copied and t.numel():
+        _remember(t)
+    if not copied and t.numel() and report.keep:
         needed = int(t.storage_offset()) * t.element_size() + nbytes
         report._exported.append((path, t, t.data_ptr(), needed))
-        _remember(t)
     return arr
 
 
@@ -365,7 +370,7 @@ def _array_to_torch(a: jax.Array, path: str, copy: str, report: BridgeReport) ->
             raise BridgeError(f"leaf {path}: torch copied the array on import")
         reasons.append("torch copied on import")
     copied = bool(reasons)
-    report.transfers.append(Transfer(path, "jax->torch", nbytes, copied, "; ".join(reasons)))
+    report.add(Transfer(path, "jax->torch", nbytes, copied, "; ".join(reasons)))
     if not copied and a.size:
         _remember(t)
     return t

@@ -67,7 +67,7 @@ class TorchPPOLearner:
         anneal = (lambda i: max(0.0, 1.0 - i / steps)) if self.cfg.anneal_lr else (lambda i: 1.0)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, anneal)
         self.bytes_to_jax = 0  # weights copied into XLA by the callback, all epochs together
-        self.batch_report = BridgeReport()  # how the batches crossed (zero-copy expected)
+        self.batch_report = BridgeReport(keep=False)  # how the batches crossed (zero-copy expected)
 
     # ------------------------------------------------------------- in jit
     def train(self, train_state: PPOState, buffer: Transition, batch: PPOBatch, key: jax.Array):

@@ -49,14 +49,22 @@ class TorchFunction:
             self._apply = _universal_apply(module)
 
     def params(self, report: BridgeReport | None = None) -> Params:
-        """The module's current weights as JAX arrays (zero-copy: they alias torch's)."""
-        return from_torch(dict(self.module.state_dict()), copy="never", report=report)
+        """The module's floating-point weights as JAX arrays (zero-copy: they alias torch's).
+
+        Integer buffers (e.g. BatchNorm's step count) stay in the module.
+        """
+        return from_torch(float_state(self.module), copy="never", report=report)
 
     def __call__(self, params: Params, x: jax.Array) -> jax.Array:
         dtypes = {p.dtype for p in params.values()}
         if len(dtypes) == 1:  # a cast acting copy (e.g. bf16) computes in its own dtype
             x = x.astype(next(iter(dtypes)))
         return self._apply(params, x)
+
+
+def float_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state dict without its integer buffers (what JAX params hold)."""
+    return {k: v for k, v in module.state_dict().items() if v.is_floating_point()}
 
 
 def export_to_torch(
@@ -69,7 +77,7 @@ def export_to_torch(
     """
     import torch
 
-    state = module.state_dict()
+    state = float_state(module)
     missing = sorted(set(state) - set(params))
     extra = sorted(set(params) - set(state))
     if missing or extra:
@@ -104,8 +112,8 @@ def _universal_apply(module: torch.nn.Module):
     import torch
     from torch.func import functional_call, vjp
 
-    names = list(module.state_dict())
-    param_ndim = {k: v.ndim for k, v in module.state_dict().items()}
+    names = list(float_state(module))
+    param_ndim = {k: v.ndim for k, v in float_state(module).items()}
     out_cache: dict[tuple[Any, ...], jax.ShapeDtypeStruct] = {}
 
     def out_struct(params: Params, x: jax.Array) -> jax.ShapeDtypeStruct:

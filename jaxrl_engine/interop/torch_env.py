@@ -1,0 +1,255 @@
+"""Torch-tensor batch simulators (IsaacLab/ManiSkill style) in the engine, and a torch CartPole.
+
+A simulator here has `num_envs`, `reset() -> obs [num_envs, *obs_shape]` and
+`step(actions [num_envs, ...]) -> (obs, reward, terminated, truncated, info)`, all torch
+tensors, auto-resetting finished envs with `info["final_observation"]` holding their last
+observation (the gymnax convention the engine uses).
+
+Such a simulator cannot run inside jit, so `TorchSimRollout` is a host loop around a jitted
+policy step: observations cross torch -> JAX by DLPack (`from_torch`, zero-copy), actions cross
+JAX -> torch the same way (`to_torch`). The jitted step returns its own copy of what the
+trajectory keeps, so a simulator that overwrites its observation tensor in place (IsaacLab
+does) cannot change a stored transition. The other phases are the engine's own (jitted,
+hooked): `update_dataset`, `train`, `sync_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_engine.buffers.rollout import Transition
+from jaxrl_engine.core.engine import EPOCH_PHASES
+from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
+
+if TYPE_CHECKING:
+    import torch
+
+    from jaxrl_engine.core.engine import Engine
+    from jaxrl_engine.core.state import EngineState, Metrics
+
+
+class TorchBatchSim(Protocol):
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    num_actions: int  # discrete actions
+
+    def reset(self) -> torch.Tensor: ...
+
+    def step(self, actions: torch.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]: ...
+
+
+class TorchCartPole:
+    """CartPole-v1 with gymnax's constants, vectorised over `num_envs` torch tensors.
+
+    Reward 1 per step; terminated when the pole falls or the cart leaves the track; truncated
+    at `max_steps`. obs: f32[num_envs, 4]; actions: int[num_envs] in {0, 1}.
+    """
+
+    obs_shape = (4,)
+    num_actions = 2
+    gravity, masscart, masspole, length = 9.8, 1.0, 0.1, 0.5
+    force_mag, tau = 10.0, 0.02
+    theta_threshold = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+
+    def __init__(self, num_envs: int, max_steps: int = 500, seed: int = 0, device: str = "cpu"):
+        import torch
+
+        self.num_envs, self.max_steps, self.device = num_envs, max_steps, device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.state = torch.zeros((num_envs, 4), device=device)
+        self.steps = torch.zeros((num_envs,), dtype=torch.int32, device=device)
+
+    def _initial(self, n: int) -> torch.Tensor:
+        import torch
+
+        u = torch.rand((n, 4), generator=self.generator, device=self.device)
+        return u * 0.1 - 0.05
+
+    def reset(self) -> torch.Tensor:
+        self.state = self._initial(self.num_envs)
+        self.steps.zero_()
+        return self.state.clone()
+
+    def step(self, actions: torch.Tensor):
+        import torch
+
+        x, x_dot, theta, theta_dot = self.state.unbind(-1)
+        force = torch.where(actions.reshape(-1) == 1, self.force_mag, -self.force_mag)
+        total_mass = self.masscart + self.masspole
+        polemass_length = self.masspole * self.length
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        temp = (force + polemass_length * theta_dot**2 * sin) / total_mass
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * cos**2 / total_mass)
+        )
+        x_acc = temp - polemass_length * theta_acc * cos / total_mass
+        x = x + self.tau * x_dot
+        x_dot = x_dot + self.tau * x_acc
+        theta = theta + self.tau * theta_dot
+        theta_dot = theta_dot + self.tau * theta_acc
+        final = torch.stack([x, x_dot, theta, theta_dot], -1)
+        self.steps += 1
+        terminated = (
+            (x < -self.x_threshold)
+            | (x > self.x_threshold)
+            | (theta < -self.theta_threshold)
+            | (theta > self.theta_threshold)
+        )
+        truncated = (self.steps >= self.max_steps) & ~terminated
+        done = terminated | truncated
+        reward = torch.ones((self.num_envs,), device=self.device)
+        fresh = self._initial(self.num_envs)
+        self.state = torch.where(done[:, None], fresh, final)
+        self.steps = torch.where(done, 0, self.steps).to(torch.int32)
+        return self.state.clone(), reward, terminated, truncated, {"final_observation": final}
+
+
+class TorchSimRollout:
+    """Rollout (and evaluation) of an `Engine`'s policy over a torch batch simulator.
+
+    `sim.num_envs` must equal `env.num_envs` and its observation/action spaces the engine's
+    env spec (the engine is built for a spec-identical JAX env, e.g. gymnax CartPole-v1 for
+    `TorchCartPole`). `epoch(state)` = host rollout, then the engine's jitted update_dataset,
+    train and sync_weights. `report` records how every tensor crossed.
+    """
+
+    def __init__(self, engine: Engine, sim: TorchBatchSim):
+        spec = engine.spec
+        problems = []
+        if sim.num_envs != engine.num_envs:
+            problems.append(f"sim.num_envs={sim.num_envs} but env.num_envs={engine.num_envs}")
+        if tuple(sim.obs_shape) != tuple(spec.obs_shape):
+            problems.append(f"sim obs shape {sim.obs_shape} but the policy's is {spec.obs_shape}")
+        if spec.action.num_actions != getattr(sim, "num_actions", None):
+            problems.append(
+                f"sim has {getattr(sim, 'num_actions', None)} discrete actions, the policy "
+                f"{spec.action.num_actions}"
+            )
+        if problems:
+            raise ValueError("torch simulator does not match the engine: " + "; ".join(problems))
+        self.engine, self.sim, self.algo = engine, sim, engine.algo
+        self.report = BridgeReport(keep=False)
+        self._obs: torch.Tensor | None = None
+        self._ret: Any = None
+        self._len: Any = None
+        self.act = jax.jit(self._act, static_argnums=3)
+        self.complete = jax.jit(self.algo.complete_trajectory)
+
+    def _act(self, params: Any, obs: jax.Array, key: jax.Array, deterministic: bool):
+        action, extras = self.algo.act(params, obs, key, deterministic)
+        # `obs + 0` is an XLA output (a new buffer): the stored transition owns its copy.
+        return action, extras, obs + 0
+
+    def reset(self) -> None:
+        import torch
+
+        self._obs = self.sim.reset()
+        self._ret = torch.zeros(self.sim.num_envs)
+        self._len = torch.zeros(self.sim.num_envs, dtype=torch.int32)
+
+    def rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """`algo.num_steps` host steps; writes the trajectory to `state.buffer`."""
+        import torch
+
+        if self._obs is None:
+            self.reset()
+        num_steps = self.engine.cfg.algo.num_steps
+        rng, key = jax.random.split(state.rng)
+        keys = jax.random.split(key, num_steps)
+        steps: list[Transition] = []
+        returns, lengths = [], []
+        for t in range(num_steps):
+            obs = from_torch(self._obs, report=self.report)
+            action, extras, obs_kept = self.act(state.eval_params, obs, keys[t], False)
+            obs_t, reward, terminated, truncated, info = self.sim.step(
+                to_torch(action, report=self.report)
+            )
+            done = terminated | truncated
+            self._ret += reward
+            self._len += 1
+            returns.append(self._ret[done].clone())
+            lengths.append(self._len[done].clone())
+            self._ret = torch.where(done, 0.0, self._ret)
+            self._len = torch.where(done, 0, self._len).to(torch.int32)
+            steps.append(
+                Transition(
+                    obs=obs_kept,
+                    action=action,
+                    extras=extras,
+                    **from_torch(
+                        {
+                            "reward": reward.float(),
+                            "terminated": terminated,
+                            "truncated": truncated,
+                            "next_obs": info["final_observation"].float(),
+                        },
+                        copy="always",  # the sim may reuse these tensors
+                        report=self.report,
+                    ),
+                )
+            )
+            self._obs = obs_t
+        trajectory = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
+        trajectory = self.complete(state.eval_params, trajectory)
+        finished = torch.cat(returns)
+        episode_return = float(finished.mean()) if finished.numel() else float("nan")
+        episode_length = float(torch.cat(lengths).float().mean()) if finished.numel() else np.nan
+        state = state.replace(
+            buffer=self.algo.add_to_buffer(state.buffer, trajectory),
+            rng=rng,
+            counters=state.counters.replace(
+                env_steps=state.counters.env_steps + num_steps * self.sim.num_envs
+            ),
+        )
+        return state, {
+            "rollout/episode_return": jnp.float32(episode_return),
+            "rollout/episode_length": jnp.float32(episode_length),
+            "rollout/episodes": jnp.int32(finished.numel()),
+        }
+
+    def epoch(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Host rollout, then the engine's jitted update_dataset -> train -> sync_weights."""
+        state, metrics = self.rollout(state)
+        for name in EPOCH_PHASES[1:]:
+            state, m = getattr(self.engine, name)(state)
+            metrics = {**metrics, **m}
+        return state, metrics
+
+    def evaluate(self, state: EngineState, sim: TorchBatchSim, max_steps: int) -> float:
+        """Mean return of one deterministic episode per env of a fresh `sim`."""
+        import torch
+
+        obs = sim.reset()
+        ret = torch.zeros(sim.num_envs)
+        active = torch.ones(sim.num_envs, dtype=torch.bool)
+        key = jax.random.key(0)
+        for _ in range(max_steps):
+            action, _, _ = self.act(state.eval_params, from_torch(obs), key, True)
+            obs, reward, terminated, truncated, _ = sim.step(to_torch(action))
+            ret += torch.where(active, reward, 0.0)
+            active &= ~(terminated | truncated)
+            if not bool(active.any()):
+                break
+        return float(ret.mean())
+
+    def train(self, state: EngineState, num_epochs: int) -> tuple[EngineState, dict[str, float]]:
+        """`num_epochs` epochs; returns the state and timing (steps/s of the whole loop)."""
+        start = time.perf_counter()
+        metrics: Metrics = {}
+        for _ in range(num_epochs):
+            state, metrics = self.epoch(state)
+        jax.block_until_ready(state)
+        seconds = time.perf_counter() - start
+        steps = num_epochs * self.engine.cfg.algo.num_steps * self.sim.num_envs
+        return state, {
+            "seconds": seconds,
+            "steps_per_second": steps / seconds,
+            **{k: float(v) for k, v in metrics.items() if np.ndim(v) == 0},
+        }

@@ -1,0 +1,213 @@
+"""Torch modules as policies: both paths equal the module, refusals, export, PPO wiring."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import jaxrl_engine as jre  # noqa: E402
+from jaxrl_engine.interop.convert import UnsupportedModuleError, module_to_jax  # noqa: E402
+from jaxrl_engine.interop.torch_nets import cnn, mlp  # noqa: E402
+from jaxrl_engine.interop.torch_policy import TorchFunction, export_to_torch  # noqa: E402
+from tests.conftest import small_config  # noqa: E402
+
+nn = torch.nn
+
+
+def _modules():
+    torch.manual_seed(0)
+    every_activation = nn.Sequential(
+        nn.Linear(6, 32),
+        nn.ReLU(),
+        nn.Linear(32, 32),
+        nn.GELU(),
+        nn.Linear(32, 32),
+        nn.SiLU(),
+        nn.LayerNorm(32),
+        nn.Linear(32, 32),
+        nn.ELU(),
+        nn.Sequential(nn.Linear(32, 16), nn.LeakyReLU(0.1), nn.Dropout(0.5)),
+        nn.Linear(16, 16),
+        nn.Softplus(),
+        nn.Linear(16, 8),
+        nn.Sigmoid(),
+        nn.Linear(8, 4),
+        nn.Tanh(),
+    )
+    conv = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding="same", dilation=2, groups=2),
+        nn.Flatten(),
+        nn.LayerNorm(8 * 5 * 5),
+        nn.Linear(8 * 5 * 5, 3),
+    )
+    return [
+        ("mlp", mlp((6,), 4, 1.0), (6,)),
+        ("activations", every_activation, (6,)),
+        ("cnn", cnn((3, 9, 9), 5, 1.0), (3, 9, 9)),
+        ("conv", conv, (3, 9, 9)),
+    ]
+
+
+@pytest.mark.parametrize("path", ["fast", "universal"])
+@pytest.mark.parametrize(
+    ("name", "module", "shape"), _modules(), ids=lambda x: x if isinstance(x, str) else ""
+)
+def test_both_paths_equal_the_module(path, name, module, shape):
+    x = np.random.default_rng(0).normal(size=(7, *shape)).astype(np.float32)
+    want = module.eval()(torch.from_numpy(x)).detach().numpy()
+    fn = TorchFunction(module, path)
+    params = fn.params()
+    got = jax.jit(fn)(params, jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    # vmapped over examples: still one torch call per batch on the universal path
+    per_example = jax.jit(jax.vmap(fn, (None, 0)))(params, jnp.asarray(x)[:, None])[:, 0]
+    np.testing.assert_allclose(np.asarray(per_example), want, rtol=1e-5, atol=1e-5)
+
+
+def test_universal_path_is_one_torch_call_per_step_under_vmap():
+    module = mlp((4,), 2, 1.0)
+    calls = []
+    module.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
+    fn = TorchFunction(module, "universal")
+    out = jax.jit(jax.vmap(fn, (None, 0)))(fn.params(), jnp.ones((16, 3, 4)))
+    out.block_until_ready()
+    calls.clear()
+    jax.jit(jax.vmap(fn, (None, 0)))(fn.params(), jnp.ones((16, 3, 4))).block_until_ready()
+    assert calls == [torch.Size([48, 4])]
+
+
+def test_universal_gradients_equal_the_fast_path():
+    module = _modules()[2][1]
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(5, 3, 9, 9)).astype(np.float32))
+    fast, universal = TorchFunction(module, "fast"), TorchFunction(module, "universal")
+    params = fast.params()
+    g_fast = jax.grad(lambda p: (fast(p, x) ** 2).sum())(params)
+    g_univ = jax.jit(jax.grad(lambda p: (universal(p, x) ** 2).sum()))(params)
+    for k in g_fast:
+        np.testing.assert_allclose(
+            np.asarray(g_univ[k]), np.asarray(g_fast[k]), rtol=1e-4, atol=1e-4
+        )
+
+
+def test_seed_batched_params_run_on_the_universal_path():
+    module = mlp((4,), 2, 1.0)
+    fast, universal = TorchFunction(module, "fast"), TorchFunction(module, "universal")
+    stacked = jax.tree.map(lambda p: jnp.stack([p, 2 * p]), fast.params())
+    x = jnp.ones((3, 4))
+    want = jax.vmap(fast, (0, None))(stacked, x)
+    got = jax.jit(jax.vmap(universal, (0, None)))(stacked, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+class Custom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.norm(self.lin(x)) * 2
+
+
+@pytest.mark.parametrize(
+    "module",
+    [Custom(), nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), nn.Sequential(nn.GRU(4, 3))],
+)
+def test_unsupported_modules_are_refused_pointing_to_the_universal_path(module):
+    with pytest.raises(UnsupportedModuleError, match="universal path"):
+        module_to_jax(module)
+
+
+def test_the_universal_path_runs_what_the_fast_path_refuses():
+    module = Custom().eval()
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    fn = TorchFunction(module, "universal")
+    got = jax.jit(fn)(fn.params(), jnp.asarray(x))
+    np.testing.assert_allclose(
+        np.asarray(got), module(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_fast_path_params_alias_the_live_torch_weights():
+    module = mlp((4,), 2, 1.0)
+    _, params = module_to_jax(module)
+    for name, tensor in module.state_dict().items():
+        assert params[name].unsafe_buffer_pointer() == tensor.data_ptr()
+
+
+def test_export_to_torch_writes_trained_params_back_into_the_module():
+    module = mlp((4,), 2, 1.0)
+    fn = TorchFunction(module, "fast")
+    trained = jax.tree.map(lambda p: p * 0.5 + 0.1, fn.params())
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32))
+    want = fn(trained, x)
+    written = export_to_torch(trained, module)
+    assert written == sum(t.numel() * 4 for t in module.state_dict().values())
+    np.testing.assert_allclose(
+        module(torch.from_numpy(np.array(x))).detach().numpy(),
+        np.asarray(want),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    with pytest.raises(KeyError, match="missing"):
+        export_to_torch({"0.weight": trained["0.weight"]}, module)
+
+
+def _torch_cfg(tmp_path, *extra):
+    return small_config("algo.torch_policy={}", *extra, tmp_path=tmp_path)
+
+
+def test_ppo_acts_with_the_torch_module_and_its_outputs(tmp_path):
+    engine = jre.build(_torch_cfg(tmp_path))
+    network = engine.algo.network
+    state = engine.init(jax.random.key(0))
+    obs = state.env.obs
+    head, _, _ = engine.algo._dist(state.eval_params["net"], obs)
+    want = network.actor_module(torch.from_numpy(np.array(obs))).detach().numpy()
+    np.testing.assert_allclose(np.asarray(head), want, rtol=1e-5, atol=1e-6)
+    state, metrics = engine.epoch(state)
+    assert np.isfinite(float(metrics["train/loss"]))
+
+
+def test_fast_and_universal_paths_train_identically(tmp_path):
+    """One PPO epoch from the same torch init: the learner sees the same numbers either way."""
+    results = {}
+    for path in ("fast", "universal"):
+        engine = jre.build(_torch_cfg(tmp_path, f"algo.torch_policy.path={path}"))
+        state, metrics = engine.epoch(engine.init(jax.random.key(0)))
+        results[path] = (state.train.params["actor"], float(metrics["train/loss"]))
+    for k, v in results["fast"][0].items():
+        np.testing.assert_allclose(
+            np.asarray(results["universal"][0][k]), np.asarray(v), rtol=1e-3, atol=1e-4
+        )
+    assert abs(results["fast"][1] - results["universal"][1]) < 1e-3
+
+
+def test_bf16_acting_copy(tmp_path):
+    engine = jre.build(_torch_cfg(tmp_path, "algo.torch_policy.acting_dtype=bfloat16"))
+    state = engine.init(jax.random.key(0))
+    state, _ = engine.epoch(state)
+    actor = state.eval_params["net"]["actor"]
+    assert {p.dtype for p in actor.values()} == {jnp.dtype(jnp.bfloat16)}
+    assert {p.dtype for p in state.train.params["actor"].values()} == {jnp.dtype(jnp.float32)}
+    f32 = engine.algo._dist(
+        {**state.eval_params["net"], "actor": state.train.params["actor"]}, state.env.obs
+    )[0]
+    bf16 = engine.algo._dist(state.eval_params["net"], state.env.obs)[0]
+    np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)
+
+
+def test_torch_learner_needs_a_torch_critic():
+    with pytest.raises(jre.ConfigError, match="critic: torch"):
+        small_config("algo.torch_policy.learner=torch")
+
+
+def test_a_bad_factory_is_named(tmp_path):
+    with pytest.raises(ValueError, match="no_such_module"):
+        jre.build(_torch_cfg(tmp_path, "algo.torch_policy.factory=no_such_module:mlp"))
