@@ -136,6 +136,12 @@ class Config(_Strict):
         None, description="persistent XLA compilation cache folder (off when null)"
     )
     progress: bool = Field(True, description="rich progress bar in the driver")
+    save_interval: int = Field(
+        25,
+        ge=0,
+        description="full-state checkpoint every this many epochs and after the last (0: none)",
+    )
+    keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
 
     @model_validator(mode="before")
     @classmethod
@@ -250,6 +256,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
         raw = loaded or {}
+    return config_from_dict(raw, overrides)
+
+
+def config_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> Config:
+    """Validate a config mapping (e.g. a checkpoint's resolved config) with dotted overrides."""
     raw = apply_overrides(raw, list(overrides or []))
     try:
         return Config.model_validate(raw)

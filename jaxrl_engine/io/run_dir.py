@@ -1,4 +1,4 @@
-"""A run directory: resolved config, `metrics.jsonl`, `summary.json`."""
+"""A run directory: resolved config, `metrics.jsonl`, `summary.json` (and `checkpoints/`)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,24 @@ class RunDir:
         (self.path / "config.yaml").write_text(dump_config(cfg))
         self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
 
-    def log(self, record: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+    def log(self, record: dict[str, Any]) -> str:
+        """Append one record; returns the line written (without its newline)."""
+        line = json.dumps({k: _jsonable(v) for k, v in record.items()})
+        self._metrics.write(line + "\n")
         self._metrics.flush()
+        return line
+
+    def keep_metrics_through(self, epoch: int) -> list[str]:
+        """Drop records after `epoch` (left by a run that died after its last checkpoint) and a
+        torn last line; returns the lines kept. A fresh run (epoch 0) starts an empty file."""
+        path = self.path / "metrics.jsonl"
+        lines = read_metrics_lines(path)
+        kept = [line for line in lines if json.loads(line).get("epoch", 0) <= epoch]
+        if kept != lines or len(lines) != len(path.read_text().splitlines()):
+            self._metrics.close()
+            write_metrics_lines(self.path, kept)
+            self._metrics = open(path, "a")  # noqa: SIM115 (closed in close())
+        return kept
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         tmp = self.path / "summary.json.tmp"
@@ -38,3 +53,24 @@ class RunDir:
 
     def close(self) -> None:
         self._metrics.close()
+
+
+def read_metrics_lines(path: Path) -> list[str]:
+    """The complete records of a `metrics.jsonl` (a torn last line, from a kill, is dropped)."""
+    if not path.is_file():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            break
+        lines.append(line)
+    return lines
+
+
+def write_metrics_lines(run_path: Path, lines: list[str]) -> None:
+    """Replace `<run_path>/metrics.jsonl` by `lines`, atomically (temp file + `os.replace`)."""
+    tmp = run_path / "metrics.jsonl.tmp"
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, run_path / "metrics.jsonl")
