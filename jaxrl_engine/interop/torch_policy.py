@@ -17,8 +17,10 @@ behind the network interface PPO uses (`init(key, obs)`, `apply(params, obs)`).
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -107,21 +109,55 @@ def _lead(shape: tuple[int, ...], core_ndim: int) -> tuple[int, ...]:
     return shape[: len(shape) - core_ndim]
 
 
+def _slot(module: torch.nn.Module, name: str) -> tuple[Any, str, str]:
+    """(owning submodule, attribute, '_parameters' or '_buffers') of a state-dict entry."""
+    *path, attr = name.split(".")
+    owner = module.get_submodule(".".join(path)) if path else module
+    kind = "_parameters" if attr in owner._parameters else "_buffers"
+    return owner, attr, kind
+
+
 def _universal_apply(module: torch.nn.Module):
-    """A pure JAX function running `module` in torch through callbacks (see module docs)."""
+    """A pure JAX function running `module` in torch through callbacks (see module docs).
+
+    The weights cross as one flat vector per dtype (every callback argument costs tens of
+    microseconds of callback machinery; inside a rollout scan XLA hoists the packing out of
+    the loop); in torch they become views of that vector again.
+    """
     import torch
     from torch.func import functional_call, vjp
 
-    names = list(float_state(module))
-    param_ndim = {k: v.ndim for k, v in float_state(module).items()}
+    state = float_state(module)
+    names = list(state)
+    # A private copy whose weight slots are rebound to the callback's views before each call:
+    # cheaper than functional_call per step (that matters at one call per rollout step).
+    runner = copy.deepcopy(module).eval()
+    slots = {k: _slot(runner, k) for k in names}
+    lock = threading.Lock()
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
     out_cache: dict[tuple[Any, ...], jax.ShapeDtypeStruct] = {}
+
+    def groups_of(params: Params) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for k in names:
+            groups.setdefault(jnp.dtype(params[k].dtype).name, []).append(k)
+        return groups
+
+    def pack(params: Params, groups: dict[str, list[str]]) -> tuple[jax.Array, ...]:
+        return tuple(jnp.concatenate([params[k].reshape(-1) for k in ks]) for ks in groups.values())
+
+    def unpack(flats: Any, groups: dict[str, list[str]]) -> dict[str, Any]:
+        out = {}
+        for flat, ks in zip(flats, groups.values(), strict=True):
+            sizes = [math.prod(shapes[k]) for k in ks]
+            for k, v in zip(ks, flat.split(sizes), strict=True):
+                out[k] = v.view(shapes[k])
+        return out
 
     def out_struct(params: Params, x: jax.Array) -> jax.ShapeDtypeStruct:
         key = (x.shape, str(x.dtype), tuple(str(params[k].dtype) for k in names))
         if key not in out_cache:
-            probe = {
-                k: torch.zeros(params[k].shape, dtype=_torch_dtype(params[k].dtype)) for k in names
-            }
+            probe = {k: torch.zeros(shapes[k], dtype=_torch_dtype(params[k].dtype)) for k in names}
             x0 = torch.zeros((1, *x.shape[1:]), dtype=_torch_dtype(x.dtype))
             with torch.no_grad():
                 y = functional_call(module, probe, (x0,))
@@ -129,41 +165,52 @@ def _universal_apply(module: torch.nn.Module):
             out_cache[key] = jax.ShapeDtypeStruct((x.shape[0], *y.shape[1:]), dtype)
         return out_cache[key]
 
-    def batched(params: dict[str, Any], x: Any, in_ndim: int, fn) -> np.ndarray:
-        """Calls `fn(params, x)` once per distinct params; vmapped axes lead every input."""
+    def call(p: dict[str, Any], xs: Any) -> Any:
+        for k, (owner, attr, kind) in slots.items():
+            getattr(owner, kind)[attr] = p[k]
+        return runner(xs)
+
+    def batched(flats: Any, x: Any, in_ndim: int, groups: dict[str, list[str]]) -> np.ndarray:
+        """One torch call per distinct weights; vmapped axes lead every input."""
         x_t = torch.from_dlpack(x)
-        p_t = {k: torch.from_dlpack(params[k]) for k in names}
+        flats_t = [torch.from_dlpack(f) for f in flats]
+        if x_t.ndim == in_ndim and all(f.ndim == 1 for f in flats_t):  # not vmapped
+            with lock, torch.inference_mode():
+                return call(unpack(flats_t, groups), x_t).numpy()
         lead_x = _lead(tuple(x_t.shape), in_ndim)
-        lead_p = [_lead(tuple(p_t[k].shape), param_ndim[k]) for k in names]
+        lead_p = [tuple(f.shape[:-1]) for f in flats_t]
         full = tuple(np.broadcast_shapes(lead_x, *lead_p))
         core = tuple(x_t.shape[len(lead_x) :])
         x_t = x_t.expand(*full, *core)
-        if all(math.prod(lp) == 1 for lp in lead_p):
-            p1 = {k: p_t[k].reshape(p_t[k].shape[len(full) :]) for k in names}
-            y = fn(p1, x_t.reshape(-1, *core[1:]))
-            return y.reshape(*full, *core[:1], *y.shape[1:]).numpy()
-        outs = []
-        for idx in np.ndindex(*full):
-            pi = {k: p_t[k].expand(*full, *p_t[k].shape[len(full) :])[idx] for k in names}
-            outs.append(fn(pi, x_t[idx]))
-        y = torch.stack(outs)
-        return y.reshape(*full, *y.shape[1:]).numpy()
 
-    def call(p: dict[str, Any], xs: Any) -> Any:
-        with torch.no_grad():
-            return functional_call(module, p, (xs,))
+        with lock, torch.inference_mode():
+            if all(math.prod(lp) == 1 for lp in lead_p):
+                p = unpack([f.reshape(-1) for f in flats_t], groups)
+                y = call(p, x_t.reshape(-1, *core[1:]))
+                return y.reshape(*full, *core[:1], *y.shape[1:]).numpy()
+            outs = []
+            for idx in np.ndindex(*full):
+                p = unpack([f.expand(*full, f.shape[-1])[idx] for f in flats_t], groups)
+                outs.append(call(p, x_t[idx]))
+            y = torch.stack(outs)
+            return y.reshape(*full, *y.shape[1:]).numpy()
 
     def forward(params: Params, x: jax.Array) -> jax.Array:
+        groups = groups_of(params)
         # x.ndim here is the per-call rank: vmap hides its axes from the traced function.
-        host = functools.partial(batched, in_ndim=x.ndim, fn=call)
-        return jax.pure_callback(host, out_struct(params, x), params, x, vmap_method="expand_dims")
+        host = functools.partial(batched, in_ndim=x.ndim, groups=groups)
+        return jax.pure_callback(
+            host, out_struct(params, x), pack(params, groups), x, vmap_method="expand_dims"
+        )
 
-    def vjp_host(params, x, g):
-        p_t = {k: torch.from_dlpack(params[k]) for k in names}
+    def vjp_host(flats: Any, x: Any, g: Any, groups: dict[str, list[str]]):
+        p_t = unpack([torch.from_dlpack(f) for f in flats], groups)
         x_t, g_t = torch.from_dlpack(x), torch.from_dlpack(g)
-        _, pullback = vjp(lambda p: functional_call(module, p, (x_t,)), p_t)
+        _, pullback = vjp(lambda p: functional_call(module, p, (x_t,)), p_t)[:2]
         (grads,) = pullback(g_t)
-        return {k: grads[k].numpy() for k in names}
+        return tuple(
+            torch.cat([grads[k].reshape(-1) for k in ks]).numpy() for ks in groups.values()
+        )
 
     @jax.custom_vjp
     def apply(params: Params, x: jax.Array) -> jax.Array:
@@ -174,8 +221,16 @@ def _universal_apply(module: torch.nn.Module):
 
     def apply_bwd(res, g):
         params, x = res
-        shapes = {k: jax.ShapeDtypeStruct(params[k].shape, params[k].dtype) for k in names}
-        grads = jax.pure_callback(vjp_host, shapes, params, x, g, vmap_method="sequential")
+        groups = groups_of(params)
+        flats = pack(params, groups)
+        structs = tuple(jax.ShapeDtypeStruct(f.shape, f.dtype) for f in flats)
+        host = functools.partial(vjp_host, groups=groups)
+        grad_flats = jax.pure_callback(host, structs, flats, x, g, vmap_method="sequential")
+        grads = {}
+        for flat, ks in zip(grad_flats, groups.values(), strict=True):
+            offsets = np.cumsum([0] + [math.prod(shapes[k]) for k in ks])
+            for k, lo, hi in zip(ks, offsets[:-1], offsets[1:], strict=True):
+                grads[k] = flat[lo:hi].reshape(shapes[k])
         return grads, jnp.zeros_like(x)
 
     apply.defvjp(apply_fwd, apply_bwd)
