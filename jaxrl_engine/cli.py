@@ -84,6 +84,91 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from jaxrl_engine.io.plot import plot_runs
+
+    out = args.out or (
+        str(Path(args.runs[0]) / "curves.png") if len(args.runs) == 1 else "learning_curves.png"
+    )
+    try:
+        plot_runs(args.runs, out, metric=args.metric)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"jaxrl-engine: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(out)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from jaxrl_engine.export.evaluate import evaluate_run
+
+    try:
+        stats = evaluate_run(args.run, episodes=args.episodes, seed=args.seed)
+    except (ConfigError, ValueError) as e:  # ExportError is a ValueError
+        print(f"jaxrl-engine: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(
+        f"{stats['env_id']}: {stats['episodes']} episodes, return {stats['return_mean']:.2f} "
+        f"+- {stats['return_std']:.2f} (min {stats['return_min']:.2f}, median "
+        f"{stats['return_median']:.2f}, max {stats['return_max']:.2f}), "
+        f"length {stats['length_mean']:.1f}"
+    )
+    print(json.dumps(stats))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from jaxrl_engine.export import POLICY_DIR, ExportError, export_torch
+
+    policy = Path(args.run) / POLICY_DIR
+    try:
+        if not (policy / "meta.json").is_file():
+            raise ExportError(f"{args.run} has no exported policy ({policy}/meta.json)")
+        export_torch(policy)
+    except ExportError as e:
+        print(f"jaxrl-engine: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(policy)
+    return 0
+
+
+def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
+    """plot, eval, export: the verbs that read finished run directories."""
+    plot = verbs.add_parser(
+        "plot",
+        help="learning curves of runs (PNG/SVG): eval return vs env steps and vs wall time",
+        description="Runs that differ only in the seed are one curve: mean and min-max band.",
+    )
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument(
+        "--out", help="output .png or .svg (default RUN_DIR/curves.png, or learning_curves.png)"
+    )
+    plot.add_argument("--metric", default="evaluate/episode_return", help="a metrics.jsonl key")
+    ev = verbs.add_parser(
+        "eval",
+        help="run a run's exported policy for N episodes and print the statistics",
+        description="The policy is RUN_DIR/policy/ (written at the end of training); the env "
+        "is the run's evaluation env. The last stdout line is the statistics as JSON.",
+    )
+    ev.add_argument("run", metavar="RUN_DIR")
+    ev.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
+    ev.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes")
+    export = verbs.add_parser(
+        "export",
+        help="add the torch module (torch_policy.py + .pt) to a run's exported policy",
+        description="RUN_DIR/policy/ already holds the JAX artefact (policy.py, act.jaxexport, "
+        "params.npz); this adds the torch one. Needs torch.",
+    )
+    export.add_argument("run", metavar="RUN_DIR")
+
+
+USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxrl-engine", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -97,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     train.add_argument("items", nargs="*", metavar="[CONFIG] [key=value]")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue this run directory")
+    _add_user_verbs(verbs)
     args = parser.parse_args(argv)
     if args.verb == "train":
         return _train(args)
+    if args.verb in USER_VERBS:
+        return USER_VERBS[args.verb](args)
     return EXIT_BAD_INPUT
 
 

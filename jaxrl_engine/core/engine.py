@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -414,10 +416,12 @@ class Engine:
                 f"observation space (what the policy was built for) says {self.spec.obs_shape}"
             )
         obs = jax.ShapeDtypeStruct(state.env.obs.shape, state.env.obs.dtype)
+        # Shapes only: offloaded (pinned_host) params would fail eval_shape on memory spaces.
+        params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state.eval_params)
         try:
             action = jax.eval_shape(
                 lambda p, o: self.algo.act(p, o, jax.random.key(0), False)[0],
-                state.eval_params,
+                params,
                 obs,
             )
         except Exception as e:
@@ -451,7 +455,20 @@ class Engine:
         """The driver: epochs, evaluation, logging, progress; see `jaxrl_engine.core.driver`."""
         from jaxrl_engine.core.driver import run
 
-        return run(self, state, **kwargs)
+        state, history = run(self, state, **kwargs)
+        self.save_policy(state)
+        return state, history
+
+    def save_policy(self, state: EngineState) -> None:
+        """Export the acting params to `<run dir>/policy/` (`jaxrl_engine.export`): what
+        `jaxrl-engine eval` and `export` read. A policy jax.export cannot serialize (one acting
+        through a host callback) is reported with a warning, not an error: training is done."""
+        from jaxrl_engine.export import POLICY_DIR, ExportError, export_policy
+
+        try:
+            export_policy(self, state.eval_params, Path(self.last_summary["run_dir"]) / POLICY_DIR)
+        except ExportError as e:
+            warnings.warn(f"policy not exported: {e}", stacklevel=2)
 
 
 def build(cfg: Config, **kwargs: Any) -> Engine:

@@ -115,6 +115,20 @@ ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig}
 ALGO_NAMES = set(ALGO_CONFIGS)
 
 
+LoggerName = Literal["jsonl", "tensorboard", "wandb"]
+DEFAULT_LOGGERS: tuple[LoggerName, ...] = ("jsonl", "tensorboard")
+
+
+class WandbConfig(_Strict):
+    """Weights & Biases settings, used when `loggers` lists wandb."""
+
+    project: str = Field("jaxrl_engine", description="W&B project")
+    entity: str | None = Field(None, description="W&B team or user (null: your default)")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online", description="offline: write locally, `wandb sync` later"
+    )
+
+
 class Config(_Strict):
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")
     seed: int = Field(0, ge=0, description="PRNG seed")
@@ -136,6 +150,12 @@ class Config(_Strict):
         None, description="persistent XLA compilation cache folder (off when null)"
     )
     progress: bool = Field(True, description="rich progress bar in the driver")
+    loggers: list[LoggerName] = Field(
+        default_factory=lambda: list(DEFAULT_LOGGERS),
+        description="metric backends, fed once per epoch: jsonl (metrics.jsonl, always written), "
+        "tensorboard (event files in the run dir), wandb (the `wandb` extra)",
+    )
+    wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
     save_interval: int = Field(
         25,
         ge=0,
@@ -149,6 +169,29 @@ class Config(_Strict):
         if isinstance(data, dict) and isinstance(data.get("algo"), dict):
             data = {**data, "algo": {"name": "ppo", **data["algo"]}}
         return data
+
+    save_interval: int = Field(
+        25,
+        ge=0,
+        description="full-state checkpoint every this many epochs and after the last (0: none)",
+    )
+    keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algo_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("algo"), dict):
+            data = {**data, "algo": {"name": "ppo", **data["algo"]}}
+        return data
+
+    @field_validator("loggers")
+    @classmethod
+    def _loggers_installed(cls, value: list[LoggerName]) -> list[LoggerName]:
+        import importlib.util
+
+        if "wandb" in value and importlib.util.find_spec("wandb") is None:
+            raise ValueError("wandb is not installed: pip install 'jaxrl-engine[wandb]'")
+        return list(dict.fromkeys(["jsonl", *value]))  # type: ignore[list-item]
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxrl_engine.io.config import Config, dump_config
+from jaxrl_engine.io.logging import make_loggers
 
 
 def _jsonable(value: Any) -> Any:
@@ -26,12 +27,15 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "config.yaml").write_text(dump_config(cfg))
         self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
+        self._backends = make_loggers(self.path, cfg)  # tensorboard, wandb: as `loggers` says
 
     def log(self, record: dict[str, Any]) -> str:
         """Append one record; returns the line written (without its newline)."""
         line = json.dumps({k: _jsonable(v) for k, v in record.items()})
         self._metrics.write(line + "\n")
         self._metrics.flush()
+        for backend in self._backends:
+            backend.log(record)
         return line
 
     def keep_metrics_through(self, epoch: int) -> list[str]:
@@ -53,6 +57,8 @@ class RunDir:
 
     def close(self) -> None:
         self._metrics.close()
+        for backend in self._backends:
+            backend.close()
 
 
 def read_metrics_lines(path: Path) -> list[str]:

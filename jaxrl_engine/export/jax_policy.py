@@ -1,0 +1,37 @@
+"""A policy exported by jaxrl_engine; needs only jax, numpy and flatbuffers (not jaxrl_engine).
+
+    import policy                                   # this file, from the policy directory
+    act, params = policy.load()                     # or policy.load("path/to/policy")
+    action = act(params, obs)                       # obs: [batch, *obs_shape] -> [batch, ...]
+
+`act` is the engine's deterministic action (what `evaluate` sends to the env, continuous actions
+clipped to the action bounds), serialized with `jax.export` (StableHLO; any batch size; cpu and
+cuda). `params` is a flat dict of numpy arrays (`net.params.MLP_0.Dense_0.kernel`, ...): replace
+them with other params of the same names and shapes (e.g. a later export) and `act` uses them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any], dict[str, Any]]:
+    """(act, params) of the policy directory (default: the directory holding this file)."""
+    directory = Path(directory) if directory is not None else Path(__file__).resolve().parent
+    meta = json.loads((directory / "meta.json").read_text())
+    exported = jax.export.deserialize(bytearray((directory / "act.jaxexport").read_bytes()))
+    with np.load(directory / "params.npz") as data:
+        params = {name: data[name] for name in data.files}
+    obs_dtype = np.dtype(meta["obs_dtype"])
+
+    def act(params: dict[str, Any], obs: Any) -> Any:
+        """obs: [batch, *obs_shape] -> action: [batch, *action_shape] (a jax.Array)."""
+        return exported.call(params, np.asarray(obs, obs_dtype))
+
+    return act, params

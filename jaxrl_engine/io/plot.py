@@ -1,0 +1,170 @@
+"""Learning curves from run directories: eval return vs env steps and vs wall time.
+
+Runs whose resolved configs agree on everything but the seed (and where/how they were shown:
+name, run_dir, progress, loggers, ...) are one group: plotted as the mean over seeds with the
+min-max band shaded. Groups are labelled by the config keys in which they differ (or by name
+when there is one group). Figures are built with matplotlib's object API (no pyplot, no GUI
+backend), written as PNG or SVG by the file's suffix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+EVAL_RETURN = "evaluate/episode_return"
+# Config keys that say where and how a run is shown or stored, not what it trains.
+NOT_GROUPING = (
+    "seed",
+    "name",
+    "run_dir",
+    "progress",
+    "profile",
+    "compile_cache_dir",
+    "loggers",
+    "wandb.",
+    "save_interval",
+    "keep_checkpoints",
+)
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"algo": {"lr": 1e-3}} -> {"algo.lr": 1e-3}."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]  # flat: {"algo.lr": 0.0005, ...}
+    records: list[dict[str, Any]]  # metrics.jsonl
+
+
+@dataclass
+class Curve:
+    """One group's series: x and the mean/min/max of the metric over its runs."""
+
+    label: str
+    runs: int
+    env_steps: np.ndarray
+    wall_s: np.ndarray  # mean over runs at each point
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def read_run(path: str | Path) -> Run:
+    path = Path(path)
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl")
+    config_file = path / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    records = []
+    for line in metrics.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line from a killed run
+            break
+    return Run(path, flat_config(config or {}), records)
+
+
+def _grouping_key(run: Run) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            (k, json.dumps(v))
+            for k, v in run.config.items()
+            if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in NOT_GROUPING)
+        )
+    )
+
+
+def group_runs(runs: list[Run]) -> list[tuple[str, list[Run]]]:
+    """Runs grouped by config less the seed; labels name what differs between groups."""
+    groups: dict[tuple[tuple[str, str], ...], list[Run]] = {}
+    for run in runs:
+        groups.setdefault(_grouping_key(run), []).append(run)
+    keys = list(groups)
+    if len(keys) == 1:
+        members = groups[keys[0]]
+        return [(str(members[0].config.get("name", members[0].path.name)), members)]
+    common = set(keys[0]).intersection(*keys[1:])
+    varying = sorted({k for key in keys for k, v in key if (k, v) not in common})
+    labelled = []
+    for key in keys:
+        values = dict(key)
+        label = ", ".join(f"{k}={json.loads(values[k])}" for k in varying if k in values)
+        labelled.append((label or groups[key][0].path.name, groups[key]))
+    return labelled
+
+
+def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
+    """Mean and min-max over `runs` at the env steps every run evaluated at."""
+    series = [
+        {r["env_steps"]: (r["wall_s"], r[metric]) for r in run.records if r.get(metric) is not None}
+        for run in runs
+    ]
+    steps = sorted(set.intersection(*(set(s) for s in series)))
+    if not steps:
+        raise ValueError(
+            f"runs {[str(r.path) for r in runs]} have no common env steps with {metric!r}"
+        )
+    values = np.array([[s[x][1] for x in steps] for s in series], dtype=float)
+    wall = np.array([[s[x][0] for x in steps] for s in series], dtype=float)
+    return Curve(
+        label=label,
+        runs=len(runs),
+        env_steps=np.array(steps, dtype=float),
+        wall_s=wall.mean(0),
+        mean=values.mean(0),
+        low=values.min(0),
+        high=values.max(0),
+    )
+
+
+def plot_runs(
+    paths: list[str | Path], out: str | Path | None = None, metric: str = EVAL_RETURN
+) -> Any:
+    """Figure with `metric` vs env steps (left) and vs wall time (right); saved to `out`
+    (.png or .svg) when given. Returns the matplotlib Figure."""
+    from matplotlib.figure import Figure
+
+    curves = [
+        curve(label, runs, metric) for label, runs in group_runs([read_run(p) for p in paths])
+    ]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    by_steps, by_time = fig.subplots(1, 2, sharey=True)
+    for c in curves:
+        label = c.label + (f" (mean, min-max of {c.runs} seeds)" if c.runs > 1 else "")
+        for ax, x in ((by_steps, c.env_steps), (by_time, c.wall_s)):
+            (line,) = ax.plot(x, c.mean, label=label, marker="o", markersize=3)
+            if c.runs > 1:
+                ax.fill_between(x, c.low, c.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    by_steps.set_xlabel("env steps")
+    by_time.set_xlabel("wall time (s, incl. compile)")
+    by_steps.set_ylabel(metric)
+    for ax in (by_steps, by_time):
+        ax.grid(alpha=0.3)
+    by_steps.legend(loc="best", fontsize="small")
+    fig.suptitle(metric)
+    if out is not None:
+        import matplotlib
+
+        out = Path(out)
+        if out.suffix.lower() not in (".png", ".svg"):
+            raise ValueError(f"plot output {str(out)!r}: use a .png or .svg file name")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # labels stay text in SVG
+            fig.savefig(out, dpi=120)
+    return fig

@@ -1,0 +1,61 @@
+"""`jaxrl-engine eval`: the exported policy's episodes are the trained policy's episodes."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine import cli
+from jaxrl_engine.envs.gymnax_env import GymnaxEnv
+from jaxrl_engine.export import ExportError, acting_function
+from jaxrl_engine.export.evaluate import episode_returns, evaluate_run
+from tests.conftest import small_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    cfg = small_config("total_env_steps=256", "eval.env_params={gravity: 12.0}", tmp_path=root)
+    engine = jre.build(cfg)
+    state, _ = engine.run(engine.init(jax.random.key(0)))
+    return engine, state, root / cfg.name
+
+
+def test_saved_policy_plays_the_same_episodes_as_the_trained_one(run):
+    engine, state, run_dir = run
+    stats = evaluate_run(run_dir, episodes=12, seed=5)
+    # The same episodes with the in-memory policy and the training code's act, on the
+    # evaluation env params (gravity 12, not the default 9.8).
+    env_params = GymnaxEnv.with_params(engine.env_params, {"gravity": 12.0})
+    returns, lengths = episode_returns(
+        engine.env, env_params, acting_function(engine), state.eval_params, 12, jax.random.key(5)
+    )
+    assert stats["episodes"] == 12 and stats["env_id"] == "CartPole-v1"
+    assert stats["return_mean"] == pytest.approx(float(returns.mean()))
+    assert stats["return_min"] == pytest.approx(float(returns.min()))
+    assert stats["return_max"] == pytest.approx(float(returns.max()))
+    assert stats["length_mean"] == pytest.approx(float(lengths.mean()))
+    # CartPole pays 1 per step: the returns are the episode lengths.
+    np.testing.assert_allclose(returns, lengths)
+
+
+def test_cli_eval_prints_statistics_as_last_line(run, capsys):
+    _, _, run_dir = run
+    assert cli.main(["eval", str(run_dir), "--episodes", "8"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    stats = json.loads(out[-1])
+    assert stats["episodes"] == 8
+    assert stats["return_min"] <= stats["return_mean"] <= stats["return_max"]
+    assert "8 episodes" in out[0]
+
+
+def test_eval_without_a_policy_exits_2(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    with pytest.raises(ExportError, match="no exported policy"):
+        evaluate_run(tmp_path)
+    assert cli.main(["eval", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    assert "no exported policy" in capsys.readouterr().err

@@ -1,0 +1,163 @@
+"""Policy export: the artefact reproduces the engine's actions in a fresh process that imports
+neither the engine nor the training code (JAX path), and as a torch module (torch path)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine import cli
+from jaxrl_engine.export import (
+    POLICY_DIR,
+    ExportError,
+    export_torch,
+    flatten_params,
+    load_params,
+    torch_module,
+)
+from tests.conftest import small_config
+
+ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
+OBS_SCALE = {"CartPole-v1": [2.4, 3.0, 0.2, 3.0], "Pendulum-v1": [1.0, 1.0, 8.0]}
+
+
+@pytest.fixture(scope="module", params=list(ENVS), ids=list(ENVS))
+def trained(request, tmp_path_factory):
+    """A short run (normalised observations, so the normaliser is part of the policy)."""
+    env_id = ENVS[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    cfg = small_config(
+        f"env.id={env_id}", "algo.normalize_obs=true", "total_env_steps=256", tmp_path=root
+    )
+    engine = jre.build(cfg)
+    state, _ = engine.run(engine.init(jax.random.key(0)))
+    rng = np.random.default_rng(0)
+    obs = (rng.normal(size=(100, *engine.spec.obs_shape)) * OBS_SCALE[env_id]).astype(np.float32)
+    action, _ = engine.algo.act(state.eval_params, obs, jax.random.key(1), True)
+    expected = np.asarray(engine.spec.action.clip(action))
+    return engine, state, root / cfg.name / POLICY_DIR, obs, expected
+
+
+def run_fresh(code: str, cwd, *args: str) -> str:
+    """`code` in a new interpreter in isolated mode (no cwd or PYTHONPATH on sys.path)."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+JAX_USER = """
+    import sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    import policy
+
+    act, params = policy.load()
+    obs = np.load(sys.argv[2])
+    np.save(sys.argv[3], np.asarray(act(params, obs)))
+    training = ("jaxrl_engine", "flax", "optax", "gymnax")
+    print(sorted(m for m in sys.modules if m.split(".")[0] in training))
+"""
+
+TORCH_USER = """
+    import sys
+    import numpy as np
+    import torch
+    sys.path.insert(0, sys.argv[1])
+    import torch_policy
+
+    policy = torch_policy.load()
+    with torch.no_grad():
+        action = policy(torch.from_numpy(np.load(sys.argv[2])))
+    np.save(sys.argv[3], action.numpy())
+    print(sorted(m for m in sys.modules if m.split(".")[0] in ("jaxrl_engine", "jax", "flax")))
+"""
+
+
+def test_run_writes_the_policy_artefact(trained):
+    engine, state, policy, _, _ = trained
+    assert {p.name for p in policy.iterdir()} >= {
+        "act.jaxexport",
+        "params.npz",
+        "policy.py",
+        "meta.json",
+    }
+    meta = json.loads((policy / "meta.json").read_text())
+    assert meta["env_id"] == engine.spec.env_id and meta["algorithm"] == "ppo"
+    assert meta["params"] == {
+        k: list(v.shape) for k, v in flatten_params(state.eval_params).items()
+    }
+    assert "import jaxrl_engine" not in (policy / "policy.py").read_text()
+
+
+def test_jax_artefact_reproduces_actions_in_a_process_without_the_engine(trained, tmp_path):
+    _, _, policy, obs, expected = trained
+    np.save(tmp_path / "obs.npy", obs)
+    imported = run_fresh(JAX_USER, tmp_path, str(policy), "obs.npy", "actions.npy")
+    assert imported.strip() == "[]", f"the artefact imported training code: {imported}"
+    actions = np.load(tmp_path / "actions.npy")
+    assert actions.shape == expected.shape and actions.dtype == expected.dtype
+    if expected.dtype.kind == "i":
+        np.testing.assert_array_equal(actions, expected)
+        assert len(np.unique(expected)) > 1  # else the check would be vacuous
+    else:  # the same graph, compiled for another batch size: float32 rounding at most
+        np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-7)
+        assert np.ptp(expected) > 1e-3
+
+
+def test_torch_module_reproduces_actions_in_a_process_without_jax(trained, tmp_path):
+    pytest.importorskip("torch")
+    _, _, policy, obs, expected = trained
+    export_torch(policy)
+    np.save(tmp_path / "obs.npy", obs)
+    imported = run_fresh(TORCH_USER, tmp_path, str(policy), "obs.npy", "actions.npy")
+    assert imported.strip() == "[]", f"the torch artefact imported JAX or the engine: {imported}"
+    actions = np.load(tmp_path / "actions.npy")
+    if expected.dtype.kind == "i":
+        np.testing.assert_array_equal(actions, expected)
+    else:
+        assert actions.shape == expected.shape
+        np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_in_process_torch_module_from_jax_params(trained):
+    torch = pytest.importorskip("torch")
+    _, state, policy, obs, expected = trained
+    spec = json.loads((policy / "meta.json").read_text())["torch"]
+    module = torch_module(spec, state.eval_params)
+    with torch.no_grad():
+        actions = module(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_load_params_round_trips_and_rejects_another_shape(trained, tmp_path):
+    engine, state, policy, _, _ = trained
+    loaded = load_params(engine, policy)
+    for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(state.eval_params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = jre.build(small_config(f"env.id={engine.spec.env_id}", "algo.hidden_sizes=[8]"))
+    with pytest.raises(ExportError, match=r"missing|shape"):
+        load_params(other, policy)
+    with pytest.raises(ExportError, match="does not exist"):
+        load_params(engine, tmp_path)
+
+
+def test_cli_export_adds_the_torch_files(trained, capsys):
+    pytest.importorskip("torch")
+    _, _, policy, _, _ = trained
+    assert cli.main(["export", str(policy.parent)]) == 0
+    assert {"torch_policy.py", "torch_policy.pt"} <= {p.name for p in policy.iterdir()}
+    assert cli.main(["export", str(policy.parent / "nowhere")]) == cli.EXIT_BAD_INPUT
+    assert "no exported policy" in capsys.readouterr().err

@@ -1,0 +1,107 @@
+"""Logging backends: TensorBoard event files readable by TensorBoard's own reader, W&B calls,
+and the `loggers` config key."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from tests.conftest import small_config
+
+
+def run_small(tmp_path, *overrides):
+    cfg = small_config("total_env_steps=320", "eval.interval=2", *overrides, tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return run_dir, records
+
+
+def test_tensorboard_events_hold_the_eval_curve_for_the_standard_reader(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, records = run_small(tmp_path, "loggers=[jsonl,tensorboard]")
+    assert list(run_dir.glob("events.out.tfevents.*")), "no event file in the run directory"
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"evaluate/episode_return", "train/loss", "rollout/reward_mean"} <= set(tags)
+
+    curve = events.Scalars("evaluate/episode_return")
+    expected = [
+        (r["env_steps"], r["evaluate/episode_return"])
+        for r in records
+        if "evaluate/episode_return" in r
+    ]
+    assert [e.step for e in curve] == [step for step, _ in expected] == [128, 256, 320]
+    np.testing.assert_allclose([e.value for e in curve], [v for _, v in expected], rtol=1e-6)
+    # One point per epoch for per-epoch metrics, at env steps.
+    assert [e.step for e in events.Scalars("train/loss")] == [r["env_steps"] for r in records]
+
+
+def test_jsonl_only_writes_no_event_files(tmp_path):
+    run_dir, records = run_small(tmp_path, "loggers=[jsonl]")
+    assert len(records) == 5
+    assert not list(run_dir.glob("events.out.tfevents.*"))
+
+
+def fake_wandb(calls):
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+
+    class Run:
+        def log(self, values, step):
+            calls.append(("log", dict(values), step))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    def init(**kwargs):
+        calls.append(("init", kwargs))
+        return Run()
+
+    module.init = init
+    return module
+
+
+def test_wandb_gets_one_log_per_epoch_at_env_steps(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "wandb", fake_wandb(calls))
+    run_dir, records = run_small(tmp_path, "loggers=[wandb]", "wandb.mode=offline")
+
+    init = calls[0]
+    assert init[0] == "init"
+    assert init[1]["mode"] == "offline" and init[1]["project"] == "jaxrl_engine"
+    assert init[1]["config"]["loggers"] == ["jsonl", "wandb"]
+    logs = [c for c in calls if c[0] == "log"]
+    assert [step for _, _, step in logs] == [r["env_steps"] for r in records]
+    for (_, values, _), record in zip(logs, records, strict=True):
+        assert values["train/loss"] == pytest.approx(record["train/loss"])
+        assert ("evaluate/episode_return" in values) == ("evaluate/episode_return" in record)
+    assert calls[-1] == ("finish",)
+    assert (run_dir / "metrics.jsonl").is_file()  # jsonl is always written
+
+
+def test_loggers_key_always_keeps_jsonl_and_rejects_unknown_backends():
+    assert jre.load_config(None, ["loggers=[tensorboard]"]).loggers == ["jsonl", "tensorboard"]
+    assert jre.Config().loggers == ["jsonl", "tensorboard"]
+    with pytest.raises(jre.ConfigError, match=r"'loggers\.0'.*'jsonl', 'tensorboard' or 'wandb'"):
+        jre.load_config(None, ["loggers=[mlflow]"])
+
+
+def test_wandb_without_the_package_fails_at_config_time(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    with pytest.raises(jre.ConfigError, match=r"'loggers'.*pip install 'jaxrl-engine\[wandb\]'"):
+        jre.load_config(None, ["loggers=[jsonl,wandb]"])

@@ -1,0 +1,99 @@
+"""`jaxrl-engine plot`: learning curves with the expected series, as non-empty PNG/SVG files."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine import cli
+from jaxrl_engine.io.config import dump_config
+from jaxrl_engine.io.plot import group_runs, plot_runs, read_run
+from tests.conftest import small_config
+
+STEPS = [100, 200, 300]
+
+
+def fake_run(root, name, returns, *overrides, wall=(1.0, 2.0, 3.0)):
+    """A run directory as the driver writes it (config.yaml, metrics.jsonl), known values."""
+    path = root / name
+    path.mkdir()
+    cfg = jre.load_config(None, [f"name={name}", *overrides])
+    (path / "config.yaml").write_text(dump_config(cfg))
+    lines = []
+    for i, (step, ret) in enumerate(zip(STEPS, returns, strict=True)):
+        record = {"epoch": i + 1, "env_steps": step, "wall_s": wall[i], "train/loss": 0.1}
+        lines.append({**record, "evaluate/episode_return": ret})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [
+        fake_run(tmp_path, "a_s0", [10, 20, 30], "seed=0"),
+        fake_run(tmp_path, "a_s1", [30, 40, 50], "seed=1", wall=(3.0, 4.0, 5.0)),
+        fake_run(tmp_path, "b_s0", [5, 6, 7], "seed=0", "algo.lr=0.001"),
+    ]
+
+
+def test_runs_differing_only_in_seed_are_one_group_labelled_by_what_differs(runs):
+    groups = group_runs([read_run(p) for p in runs])
+    assert [(label, [r.path.name for r in members]) for label, members in groups] == [
+        ("algo.lr=0.0005", ["a_s0", "a_s1"]),
+        ("algo.lr=0.001", ["b_s0"]),
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_plot_writes_an_image_with_mean_and_spread_over_seeds(runs, tmp_path, suffix):
+    out = tmp_path / f"curves{suffix}"
+    fig = plot_runs(runs, out)
+    assert out.stat().st_size > 5_000
+    head = out.read_bytes()[:8]
+    assert head == b"\x89PNG\r\n\x1a\n" if suffix == ".png" else b"<svg" in out.read_bytes()[:400]
+
+    by_steps, by_time = fig.axes
+    lines = {line.get_label(): line for line in by_steps.get_lines()}
+    assert set(lines) == {"algo.lr=0.0005 (mean, min-max of 2 seeds)", "algo.lr=0.001"}
+    seeds = lines["algo.lr=0.0005 (mean, min-max of 2 seeds)"]
+    np.testing.assert_allclose(seeds.get_xdata(), STEPS)
+    np.testing.assert_allclose(seeds.get_ydata(), [20, 30, 40])  # mean of the two seeds
+    np.testing.assert_allclose(lines["algo.lr=0.001"].get_ydata(), [5, 6, 7])
+    # The min-max band of the seeded group: from the lower seed to the upper one.
+    (band,) = by_steps.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(10) and ys.max() == pytest.approx(50)
+    # Versus wall time: x is the mean wall time over seeds.
+    time_lines = {line.get_label(): line for line in by_time.get_lines()}
+    np.testing.assert_allclose(
+        time_lines["algo.lr=0.0005 (mean, min-max of 2 seeds)"].get_xdata(), [2.0, 3.0, 4.0]
+    )
+    if suffix == ".svg":  # labels stay searchable text
+        text = out.read_text()
+        assert "algo.lr=0.001" in text and "env steps" in text
+
+
+def test_cli_plot_of_a_real_run(tmp_path, capsys):
+    cfg = small_config("total_env_steps=256", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+    assert cli.main(["plot", str(run_dir)]) == 0
+    out = run_dir / "curves.png"
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.stat().st_size > 5_000
+    fig = plot_runs([run_dir])
+    (line,) = fig.axes[0].get_lines()
+    records = read_run(run_dir).records
+    evals = [r for r in records if r.get("evaluate/episode_return") is not None]
+    np.testing.assert_allclose(line.get_xdata(), [r["env_steps"] for r in evals])
+    np.testing.assert_allclose(line.get_ydata(), [r["evaluate/episode_return"] for r in evals])
+
+
+def test_cli_plot_rejects_a_directory_without_metrics(tmp_path, capsys):
+    assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    assert "no metrics.jsonl" in capsys.readouterr().err
