@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,7 @@ from jaxrl_engine.interop.torch_policy import TorchFunction, export_to_torch  # 
 from tests.conftest import small_config  # noqa: E402
 
 nn = torch.nn
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules():
@@ -211,3 +214,44 @@ def test_torch_learner_needs_a_torch_critic():
 def test_a_bad_factory_is_named(tmp_path):
     with pytest.raises(ValueError, match="no_such_module"):
         jre.build(_torch_cfg(tmp_path, "algo.torch_policy.factory=no_such_module:mlp"))
+
+
+def test_jax_learner_to_a_bf16_torch_actor_casts_on_export():
+    module = mlp((4,), 2, 1.0)
+    params = TorchFunction(module, "fast").params()
+    trained = jax.tree.map(lambda p: p + 0.25, params)
+    actor = mlp((4,), 2, 1.0).to(torch.bfloat16)
+    written = export_to_torch(trained, actor)
+    assert written == sum(p.numel() * 2 for p in actor.parameters())
+    for name, tensor in actor.state_dict().items():
+        assert tensor.dtype == torch.bfloat16
+        want = np.asarray(trained[name].astype(jnp.bfloat16).astype(jnp.float32))
+        np.testing.assert_array_equal(tensor.float().numpy(), want)
+
+
+def test_the_package_imports_and_trains_without_torch(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, importlib.abc\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"  # `import torch` raises ImportError
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ImportError('torch is not installed')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "import jax, jaxrl_engine as jre, jaxrl_engine.interop\n"
+        "from tests.conftest import small_config\n"
+        f"engine = jre.build(small_config(tmp_path={str(tmp_path)!r}))\n"
+        "engine.epoch(engine.init(jax.random.key(0)))\n"
+        "assert 'torch' not in sys.modules\n"
+        "try:\n"
+        "    jaxrl_engine.interop.from_torch({})\n"
+        "except ImportError as e:\n"
+        "    assert 'jaxrl-engine[torch]' in str(e), e\n"
+        "    print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=str(ROOT)
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
