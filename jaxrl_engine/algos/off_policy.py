@@ -1,0 +1,194 @@
+"""What DQN and SAC share: the replay buffer, sampling, warm-up and the asynchronous schedule.
+
+The phases, for an off-policy algorithm:
+- rollout acts with `EngineState.eval_params` (random actions until `learning_starts`
+  transitions are stored) and `add_to_buffer` writes the trajectory into the replay buffer;
+- update_dataset samples `[grad_steps, batch_size]` buffer indices (uniform, or prioritised
+  with importance weights) for the whole epoch's gradient steps;
+- train runs those gradient steps as one `lax.scan`, and is a no-op until the buffer holds
+  `learning_starts` transitions;
+- sync_weights copies `acting_params(train_state)`.
+
+The asynchronous schedule is configuration, not a second engine:
+- `train_ratio`: gradient steps per env step; an epoch of `num_steps * num_envs` env steps
+  makes `train_ratio * num_steps * num_envs` gradient steps.
+- `sync_every = k`: the acting weights are a snapshot of the learner's, refreshed every k
+  epochs (and after the last epoch), so rollout acts with weights up to k - 1 epochs behind the
+  learner: RLightning's bounded staleness. The snapshot lives in the algorithm's train state;
+  exploration schedules (epsilon, random warm-up) are not lagged.
+
+What overlaps, honestly: the engine's epoch is one jitted computation, and its data flow is
+rollout -> add -> sample -> train, so train always waits for the rollout of its epoch. On one
+CPU device nothing of rollout runs concurrently with train inside that computation (XLA's CPU
+runtime may use the cores for the inside of each op, never to run rollout and train side by
+side here). The staleness `sync_every` allows is what a two-device split would need (acting on
+one device while the other learns from the buffer), but that dispatch is not implemented here:
+on the `data` mesh both phases run on every device, one after the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl_engine.buffers import replay
+from jaxrl_engine.buffers.rollout import Transition
+from jaxrl_engine.core.state import Metrics
+from jaxrl_engine.envs.protocol import EnvSpec
+
+
+class ReplayBatch(struct.PyTreeNode):
+    """What update_dataset prepares: indices into the buffer for every gradient step."""
+
+    rows: jax.Array  # i32[grad_steps, batch_size]
+    envs: jax.Array  # i32[grad_steps, batch_size]
+    weights: jax.Array  # f32[grad_steps, batch_size]: importance weights (ones if uniform)
+
+
+class Schedule(struct.PyTreeNode):
+    """The algorithm-side counters of the off-policy schedule (in the train state)."""
+
+    env_steps: jax.Array  # i32[]: transitions stored so far (read from the buffer)
+    updates: jax.Array  # i32[]: train calls (epochs) so far
+    grad_steps: jax.Array  # i32[]: gradient steps actually taken (none during warm-up)
+
+    @classmethod
+    def zeros(cls) -> Schedule:
+        z = jnp.zeros((), jnp.int32)
+        return cls(env_steps=z, updates=z, grad_steps=z)
+
+
+def grad_steps_per_epoch(train_ratio: float, num_steps: int, num_envs: int) -> int:
+    """round(train_ratio * num_steps * num_envs); the config checks it is a whole number >= 1."""
+    return round(train_ratio * num_steps * num_envs)
+
+
+class OffPolicy:
+    """Base for DQN and SAC: buffer, sampling, warm-up gate, acting snapshot (sync_every)."""
+
+    name: str
+    spec: EnvSpec
+
+    def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
+        self.cfg, self.spec, self.num_envs, self.num_epochs = cfg, spec, num_envs, num_epochs
+        self.capacity_per_env = cfg.buffer_size // num_envs
+        self.grad_steps = grad_steps_per_epoch(cfg.train_ratio, cfg.num_steps, num_envs)
+        if self.grad_steps < 1:
+            raise ValueError(
+                f"algo.train_ratio={cfg.train_ratio} gives no gradient step per epoch of "
+                f"algo.num_steps * env.num_envs = {cfg.num_steps * num_envs} env steps"
+            )
+
+    def grad_steps_per_epoch(self) -> int:
+        return self.grad_steps
+
+    # ------------------------------------------------------------- buffer
+    def init_buffer(self, trajectory: Transition) -> replay.ReplayBuffer:
+        item = jax.tree.map(lambda x: x[0], trajectory._replace(extras={}))
+        return replay.init(item, self.capacity_per_env, self.cfg.buffer_mode)
+
+    def complete_trajectory(self, params: Any, trajectory: Transition) -> Transition:
+        return trajectory
+
+    def add_to_buffer(self, buffer: replay.ReplayBuffer, trajectory: Transition):
+        return replay.add(buffer, trajectory._replace(extras={}))
+
+    def init_priorities(self) -> jax.Array | None:
+        """f32[capacity_per_env, num_envs] when prioritised (learner-owned, in the train state)."""
+        if not self.cfg.prioritized:
+            return None
+        return jnp.ones((self.capacity_per_env, self.num_envs), jnp.float32)
+
+    def update_dataset(self, train_state: Any, buffer: replay.ReplayBuffer, key: jax.Array):
+        """Samples indices for every gradient step of the epoch; new rows get the max priority.
+
+        Prioritised: all `grad_steps` draws use the priorities as they are at the start of the
+        epoch (priorities the epoch's own steps write apply from the next epoch on).
+        """
+        cfg = self.cfg
+        shape = (self.grad_steps, cfg.batch_size)
+        schedule = train_state.schedule
+        if cfg.prioritized:
+            # Rows written since the last epoch get the largest priority seen (Schaul et al.).
+            priorities = train_state.priorities
+            cap = self.capacity_per_env
+            age = (buffer.position - 1 - jnp.arange(cap)) % cap  # 0: the newest row
+            added = buffer.count * self.num_envs - schedule.env_steps
+            fresh = (age < added // self.num_envs)[:, None]
+            priorities = jnp.where(fresh, priorities.max(), priorities)
+            rows, envs, weights = replay.sample_prioritized(
+                buffer, priorities, key, shape, cfg.priority_alpha, cfg.priority_beta
+            )
+            train_state = train_state.replace(priorities=priorities)
+        else:
+            rows, envs = replay.sample_uniform(buffer, key, shape)
+            weights = jnp.ones(shape, jnp.float32)
+        schedule = schedule.replace(env_steps=buffer.count * self.num_envs)
+        train_state = train_state.replace(schedule=schedule)
+        metrics: Metrics = {
+            "update_dataset/buffer_size": buffer.size(),
+            "update_dataset/buffer_overflowed": buffer.overflowed.astype(jnp.int32),
+        }
+        return train_state, ReplayBatch(rows=rows, envs=envs, weights=weights), metrics
+
+    # ---------------------------------------------------------- schedule
+    def learning(self, train_state: Any) -> jax.Array:
+        """bool[]: the buffer holds `learning_starts` transitions (warm-up is over)."""
+        return train_state.schedule.env_steps >= self.cfg.learning_starts
+
+    def refresh_acting(self, train_state: Any, acting: Any, learner: Any) -> Any:
+        """The acting snapshot after a train call: the learner's every `sync_every` epochs."""
+        updates = train_state.schedule.updates + 1
+        due = (updates % self.cfg.sync_every == 0) | (updates >= self.num_epochs)
+        return jax.tree.map(lambda new, old: jnp.where(due, new, old), learner, acting)
+
+    def gradient_steps(
+        self,
+        train_state: Any,
+        buffer: replay.ReplayBuffer,
+        batch: ReplayBatch,
+        key: jax.Array,
+        step_fn: Any,
+        carry: Any,
+    ) -> tuple[Any, Metrics, jax.Array | None]:
+        """`lax.scan` of `step_fn(carry, transitions, weights, key) -> (carry, metrics, td)`
+        over the epoch's gradient steps, skipped entirely during warm-up (`lax.cond`).
+
+        Returns (carry, metrics averaged over the steps, priorities or None).
+        """
+        priorities = getattr(train_state, "priorities", None)
+
+        def one_step(c, x):
+            carry, prio = c
+            rows, envs, weights, k = x
+            carry, metrics, td = step_fn(carry, replay.gather(buffer, rows, envs), weights, k)
+            if prio is not None:
+                prio = prio.at[rows, envs].set(jnp.abs(td) + self.cfg.priority_eps)
+            return (carry, prio), metrics
+
+        def run(c):
+            keys = jax.random.split(key, self.grad_steps)
+            c, metrics = jax.lax.scan(one_step, c, (batch.rows, batch.envs, batch.weights, keys))
+            return c, {k: v.mean() for k, v in metrics.items()}
+
+        def skip(c):
+            shapes = jax.eval_shape(run, c)[1]
+            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        (carry, priorities), metrics = jax.lax.cond(
+            self.learning(train_state), run, skip, (carry, priorities)
+        )
+        metrics["train/learning"] = self.learning(train_state).astype(jnp.float32)
+        return carry, metrics, priorities
+
+
+def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of a continuous action space, f32[*action_shape]."""
+    shape = spec.action.shape
+    low = np.asarray(spec.action.low, np.float32).reshape(shape)
+    high = np.asarray(spec.action.high, np.float32).reshape(shape)
+    return low, high

@@ -1,0 +1,223 @@
+"""DQN and SAC on the engine's phases: purity under vmap, the async schedule, config errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+
+SMALL = {
+    "dqn": ["algo.name=dqn", "env.id=CartPole-v1"],
+    "sac": ["algo.name=sac", "env.id=Pendulum-v1"],
+}
+COMMON = [
+    "env.num_envs=4",
+    "eval.num_envs=4",
+    "eval.interval=3",
+    "algo.num_steps=8",
+    "algo.buffer_size=200",
+    "algo.batch_size=16",
+    "algo.learning_starts=64",
+    "algo.train_ratio=0.25",
+    "algo.hidden_sizes=[16,16]",
+    "total_env_steps=256",
+    "progress=false",
+]
+
+
+def config(algo: str, *overrides: str, tmp_path=None) -> jre.Config:
+    extra = [f"run_dir={tmp_path}"] if tmp_path is not None else []
+    return jre.load_config(None, [*SMALL[algo], *COMMON, *extra, *overrides])
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_epoch_writes_the_replay_buffer_and_trains_after_warm_up(algo, tmp_path):
+    engine = jre.build(config(algo, tmp_path=tmp_path))
+    state = engine.init(jax.random.key(0))
+    assert state.buffer.data.obs.shape[:2] == (50, 4)  # [capacity_per_env, num_envs]
+    learned = []
+    for _ in range(3):
+        before = jax.tree.map(np.asarray, state.train.params)
+        state, metrics = engine.epoch(state)
+        after = jax.tree.map(np.asarray, state.train.params)
+        changed = any(
+            not np.array_equal(a, b)
+            for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+        )
+        learned.append((float(metrics["train/learning"]), changed))
+    # 32 transitions per epoch, learning_starts=64: epoch 1 only collects.
+    assert learned == [(0.0, False), (1.0, True), (1.0, True)]
+    assert int(state.buffer.size()) == 96
+    assert int(state.train.schedule.grad_steps) == 2 * 8
+    assert int(state.counters.env_steps) == 96
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_vmapped_make_train_over_4_seeds_equals_single_seed_runs(algo, tmp_path):
+    cfg = config(algo, "algo.prioritized=true", tmp_path=tmp_path)
+    train = jre.make_train(cfg)
+    keys = jax.vmap(jax.random.key)(jnp.arange(4))
+    batched_state, batched = jax.jit(jax.vmap(train))(keys)
+    single = jax.jit(train)
+    loss = "train/loss" if algo == "dqn" else "train/critic_loss"
+    for i in range(4):
+        state, metrics = single(jax.random.key(i))
+        for k in (loss, "evaluate/episode_return", "update_dataset/buffer_size"):
+            np.testing.assert_allclose(batched[k][i], metrics[k], rtol=1e-4, atol=1e-4)
+        for a, b in zip(
+            jax.tree.leaves((state.train.params, state.buffer.data)),
+            jax.tree.leaves((batched_state.train.params, batched_state.buffer.data)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(np.asarray(b)[i], np.asarray(a), rtol=1e-4, atol=1e-4)
+
+
+def test_sync_every_k_makes_acting_weights_lag_the_learner(tmp_path):
+    cfg = config("dqn", "algo.sync_every=3", "algo.learning_starts=0", tmp_path=tmp_path)
+    engine = jre.build(cfg)  # 256 / 32 = 8 epochs
+    state = engine.init(jax.random.key(0))
+    snapshots = {}
+    for epoch in range(1, engine.num_epochs + 1):
+        state, _ = engine.epoch(state)
+        snapshots[epoch] = jax.tree.map(np.asarray, state.train.params)
+        acting = jax.tree.map(np.asarray, state.eval_params["q"])
+        # Refreshed after epochs 3 and 6, and after the last one (8).
+        source = epoch if epoch % 3 == 0 or epoch == engine.num_epochs else 3 * (epoch // 3)
+        want = snapshots.get(
+            source, jax.tree.map(np.asarray, engine.init(jax.random.key(0)).train.params)
+        )
+        for a, b in zip(jax.tree.leaves(acting), jax.tree.leaves(want), strict=True):
+            np.testing.assert_array_equal(a, b)
+        if source != epoch:
+            assert not all(
+                np.array_equal(a, b)
+                for a, b in zip(
+                    jax.tree.leaves(acting), jax.tree.leaves(snapshots[epoch]), strict=True
+                )
+            )
+
+
+def test_train_ratio_sets_gradient_steps_per_epoch(tmp_path):
+    engine = jre.build(config("sac", "algo.train_ratio=0.5", tmp_path=tmp_path))
+    assert engine.algo.grad_steps_per_epoch() == 16  # 0.5 x 8 steps x 4 envs
+    state, _ = engine.epoch(engine.init(jax.random.key(0)))
+    assert int(state.counters.grad_steps) == 16
+
+
+def test_dqn_epsilon_is_one_during_warm_up_then_decays(tmp_path):
+    engine = jre.build(config("dqn", "algo.exploration_fraction=0.5", tmp_path=tmp_path))
+    eps = engine.algo.epsilon
+    assert float(eps(jnp.int32(10))) == 1.0  # below learning_starts=64
+    assert float(eps(jnp.int32(64))) == pytest.approx(1.0 - 0.95 * 64 / 128)
+    assert float(eps(jnp.int32(256))) == pytest.approx(0.05)
+
+
+def test_sac_actions_are_squashed_into_the_env_bounds(tmp_path):
+    engine = jre.build(config("sac", "algo.learning_starts=0", tmp_path=tmp_path))
+    state = engine.init(jax.random.key(0))
+    params = engine.algo.acting_params(state.train)
+    params = {**params, "actor": jax.tree.map(lambda x: 100.0 * x, params["actor"])}
+    obs = jnp.ones((64, 3)) * 10
+    action, _ = engine.algo.act(params, obs, jax.random.key(1), False)
+    assert action.shape == (64, 1)
+    assert float(jnp.abs(action).max()) <= 2.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        (
+            ["algo.buffer_mode=fixed", "algo.buffer_size=200"],
+            ["algo.buffer_mode", "algo.buffer_size", "total_env_steps"],
+        ),
+        (["algo.buffer_size=202"], ["algo.buffer_size", "env.num_envs"]),
+        (["algo.train_ratio=0.01"], ["algo.train_ratio"]),
+        (["algo.tau=1.5"], ["algo.tau"]),
+    ],
+)
+def test_bad_off_policy_configs_fail_before_compiling_naming_the_keys(overrides, keys):
+    with pytest.raises(jre.ConfigError) as e:
+        config("dqn", *overrides)
+    for key in keys:
+        assert key in str(e.value)
+
+
+def test_unknown_dqn_key_lists_the_dqn_keys_and_bad_name_lists_the_algorithms():
+    with pytest.raises(jre.ConfigError, match=r"'algo.bogus'.*target_update_interval"):
+        config("dqn", "algo.bogus=1")
+    with pytest.raises(jre.ConfigError, match=r"'ppo', 'dqn', 'sac'"):
+        jre.load_config(None, ["algo.name=a2c"])
+
+
+def test_cli_exits_2_when_a_fixed_buffer_cannot_hold_the_run(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxrl_engine.cli",
+            "train",
+            *SMALL["dqn"],
+            *COMMON,
+            "algo.buffer_mode=fixed",
+            f"run_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert "algo.buffer_size" in proc.stderr and "total_env_steps" in proc.stderr
+
+
+DATA_PARALLEL = textwrap.dedent(
+    """
+    import json, jax, numpy as np
+    import jaxrl_engine as jre
+    from jaxrl_engine.distributed import data_mesh
+    from tests.algos.test_off_policy import config
+    cfg = config("dqn", "env.num_envs=8", "eval.num_envs=8", "algo.buffer_size=400",
+                 "algo.prioritized=true")
+    out = {}
+    for n in (1, 4):
+        engine = jre.build(cfg, mesh=data_mesh(jax.devices()[:n]))
+        state = engine.init(jax.random.key(0))
+        for _ in range(3):
+            state, metrics = engine.epoch(state)
+        out[n] = dict(
+            params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.train.params)],
+            loss=float(metrics["train/loss"]),
+            buffer_spec=str(state.buffer.data.obs.sharding.spec),
+            buffer_devices=len(state.buffer.data.obs.sharding.device_set),
+        )
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.multidevice
+def test_replay_buffer_is_sharded_over_data_and_matches_one_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    proc = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    one, four = out["1"], out["4"]
+    assert four["buffer_spec"] == "P(None, 'data')" and four["buffer_devices"] == 4
+    assert abs(one["loss"] - four["loss"]) <= 1e-4 * max(1.0, abs(one["loss"]))
+    for a, b in zip(one["params"], four["params"], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
