@@ -52,6 +52,40 @@ class EvalConfig(_Strict):
     )
 
 
+class TorchPolicyConfig(_Strict):
+    """A torch nn.Module as PPO's policy (needs the `torch` extra); see jaxrl_engine.interop."""
+
+    factory: str = Field(
+        "jaxrl_engine.interop.torch_nets:mlp",
+        description="'module:function' building the nn.Module: f(in_shape, out_dim, out_scale, **kwargs)",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of the factory (the built-in mlp defaults to algo.hidden_sizes/activation)",
+    )
+    path: Literal["fast", "universal"] = Field(
+        "fast",
+        description="fast: weights bridged into native JAX ops; universal: any module via callback",
+    )
+    critic: Literal["jax", "torch"] = Field(
+        "jax", description="value network: a flax MLP, or a second module from the factory"
+    )
+    learner: Literal["jax", "torch"] = Field(
+        "jax",
+        description="jax: optax trains the weights; torch: a torch optimizer (train in torch, act in JAX)",
+    )
+    acting_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="dtype of the acting copy sync_weights makes (null: as trained)"
+    )
+    torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the factory runs")
+
+    @model_validator(mode="after")
+    def _torch_learner_needs_torch_critic(self) -> TorchPolicyConfig:
+        if self.learner == "torch" and self.critic != "torch":
+            raise ValueError("learner=torch trains both networks in torch: set critic: torch")
+        return self
+
+
 class PPOConfig(_Strict):
     name: Literal["ppo"] = "ppo"
     num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
@@ -71,6 +105,9 @@ class PPOConfig(_Strict):
     activation: Literal["tanh", "relu", "gelu", "silu"] = "tanh"
     normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
     normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
+    torch_policy: TorchPolicyConfig | None = Field(
+        None, description="act with a torch nn.Module (fast or universal path); null: flax MLPs"
+    )
 
 
 class _OffPolicyConfig(_Strict):
@@ -154,6 +191,20 @@ ALGO_CONFIGS: dict[str, type[BaseModel]] = {
 ALGO_NAMES = set(ALGO_CONFIGS)
 
 
+LoggerName = Literal["jsonl", "tensorboard", "wandb"]
+DEFAULT_LOGGERS: tuple[LoggerName, ...] = ("jsonl", "tensorboard")
+
+
+class WandbConfig(_Strict):
+    """Weights & Biases settings, used when `loggers` lists wandb."""
+
+    project: str = Field("jaxrl_engine", description="W&B project")
+    entity: str | None = Field(None, description="W&B team or user (null: your default)")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online", description="offline: write locally, `wandb sync` later"
+    )
+
+
 class Config(_Strict):
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")
     seed: int = Field(0, ge=0, description="PRNG seed")
@@ -175,6 +226,18 @@ class Config(_Strict):
         None, description="persistent XLA compilation cache folder (off when null)"
     )
     progress: bool = Field(True, description="rich progress bar in the driver")
+    loggers: list[LoggerName] = Field(
+        default_factory=lambda: list(DEFAULT_LOGGERS),
+        description="metric backends, fed once per epoch: jsonl (metrics.jsonl, always written), "
+        "tensorboard (event files in the run dir), wandb (the `wandb` extra)",
+    )
+    wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
+    save_interval: int = Field(
+        25,
+        ge=0,
+        description="full-state checkpoint every this many epochs and after the last (0: none)",
+    )
+    keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +245,29 @@ class Config(_Strict):
         if isinstance(data, dict) and isinstance(data.get("algo"), dict):
             data = {**data, "algo": {"name": "ppo", **data["algo"]}}
         return data
+
+    save_interval: int = Field(
+        25,
+        ge=0,
+        description="full-state checkpoint every this many epochs and after the last (0: none)",
+    )
+    keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algo_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("algo"), dict):
+            data = {**data, "algo": {"name": "ppo", **data["algo"]}}
+        return data
+
+    @field_validator("loggers")
+    @classmethod
+    def _loggers_installed(cls, value: list[LoggerName]) -> list[LoggerName]:
+        import importlib.util
+
+        if "wandb" in value and importlib.util.find_spec("wandb") is None:
+            raise ValueError("wandb is not installed: pip install 'jaxrl-engine[wandb]'")
+        return list(dict.fromkeys(["jsonl", *value]))  # type: ignore[list-item]
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -316,6 +402,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
         raw = loaded or {}
+    return config_from_dict(raw, overrides)
+
+
+def config_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> Config:
+    """Validate a config mapping (e.g. a checkpoint's resolved config) with dotted overrides."""
     raw = apply_overrides(raw, list(overrides or []))
     try:
         return Config.model_validate(raw)
