@@ -28,9 +28,13 @@ SCRIPTS = build.notebook_scripts()
 
 
 def test_there_are_notebooks():
-    assert {"quickstart", "functional_api", "offload_and_timing", "torch_interop"} <= {
-        s.stem for s in SCRIPTS
-    }
+    assert {
+        "quickstart",
+        "functional_api",
+        "offload_and_timing",
+        "torch_interop",
+        "off_policy",
+    } <= {s.stem for s in SCRIPTS}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])

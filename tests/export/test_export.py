@@ -161,3 +161,29 @@ def test_cli_export_adds_the_torch_files(trained, capsys):
     assert {"torch_policy.py", "torch_policy.pt"} <= {p.name for p in policy.iterdir()}
     assert cli.main(["export", str(policy.parent / "nowhere")]) == cli.EXIT_BAD_INPUT
     assert "no exported policy" in capsys.readouterr().err
+
+
+OFF_POLICY = {
+    "dqn": ["algo.name=dqn", "algo.buffer_size=256", "algo.batch_size=16"],
+    "sac": ["algo.name=sac", "env.id=Pendulum-v1", "algo.buffer_size=256", "algo.batch_size=16"],
+}
+
+
+@pytest.mark.parametrize("overrides", OFF_POLICY.values(), ids=OFF_POLICY.keys())
+def test_off_policy_artefacts_reproduce_actions_without_the_engine(overrides, tmp_path):
+    from jaxrl_engine.export import acting_function, export_policy
+
+    small = ["env.num_envs=4", "eval.num_envs=4", "algo.num_steps=16", "progress=false"]
+    cfg = jre.load_config(None, [*small, *overrides, "algo.hidden_sizes=[16,16]"])
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    policy = export_policy(engine, state.eval_params, tmp_path / "policy")
+    obs = (np.random.default_rng(1).normal(size=(100, *engine.spec.obs_shape)) * 2).astype(
+        np.float32
+    )
+    expected = np.asarray(jax.jit(acting_function(engine))(state.eval_params, obs))
+    np.save(tmp_path / "obs.npy", obs)
+    imported = run_fresh(JAX_USER, tmp_path, str(policy), "obs.npy", "actions.npy")
+    assert imported.strip() == "[]"
+    np.testing.assert_allclose(np.load(tmp_path / "actions.npy"), expected, rtol=1e-5, atol=1e-7)
+    assert len(np.unique(expected)) > 1
