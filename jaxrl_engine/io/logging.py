@@ -10,7 +10,9 @@ their library lazily, so `import jaxrl_engine` never needs tensorboardX or wandb
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +20,7 @@ from jaxrl_engine.io.config import Config
 
 # Record fields that index the curve rather than being metrics.
 INDEX_KEYS = ("epoch", "env_steps", "wall_s")
+_WRITER_IDS = itertools.count()
 
 
 class Logger(Protocol):
@@ -43,21 +46,33 @@ class TensorBoardLogger:
 
     Every metric is a scalar tagged by its name (`evaluate/episode_return`) at step = env steps,
     so curves from runs with different epoch sizes line up; the event wall time is the real one.
+    The writer opens at the first record with `purge_step` at its env steps: a resumed run
+    replaces what an interrupted one logged after its checkpoint, instead of doubling it.
     """
 
     def __init__(self, path: Path):
         from tensorboardX import SummaryWriter
 
-        self._writer = SummaryWriter(logdir=str(path), flush_secs=10)
+        self._path = path
+        self._open = SummaryWriter
+        self._writer: Any = None
 
     def log(self, record: dict[str, Any]) -> None:
         step = int(record["env_steps"])
+        if self._writer is None:
+            # tensorboardX names files by the second and host only: two writers in one second
+            # (an in-process resume, parallel runs) would share a file, so make names unique.
+            suffix = f".{os.getpid()}.{next(_WRITER_IDS):04d}"
+            self._writer = self._open(
+                logdir=str(self._path), purge_step=step, flush_secs=10, filename_suffix=suffix
+            )
         for key, value in scalars(record).items():
             self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 class WandbLogger:

@@ -105,3 +105,26 @@ def test_wandb_without_the_package_fails_at_config_time(monkeypatch):
     )
     with pytest.raises(jre.ConfigError, match=r"'loggers'.*pip install 'jaxrl-engine\[wandb\]'"):
         jre.load_config(None, ["loggers=[jsonl,wandb]"])
+
+
+def test_a_resumed_run_replaces_the_events_logged_after_its_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from jaxrl_engine.io.logging import TensorBoardLogger
+
+    def record(epoch, value):
+        return {"epoch": epoch, "env_steps": 100 * epoch, "wall_s": 1.0, "train/loss": value}
+
+    first = TensorBoardLogger(tmp_path)  # logs epochs 1-5, "dies" after a checkpoint at 2
+    for epoch in range(1, 6):
+        first.log(record(epoch, float(epoch)))
+    first.close()
+    resumed = TensorBoardLogger(tmp_path)  # resumes from epoch 2
+    for epoch in (3, 4):
+        resumed.log(record(epoch, 10.0 + epoch))
+    resumed.close()
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    curve = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert curve == [(100, 1.0), (200, 2.0), (300, 13.0), (400, 14.0)]
