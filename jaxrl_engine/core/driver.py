@@ -234,7 +234,7 @@ def run(
                 state,
                 config=cfg.model_dump(mode="json"),
                 metrics_lines=metrics_lines,
-                num_epochs=total,
+                num_epochs=engine.num_epochs,
             )
 
         def summarize(status: str, **extra: Any) -> dict[str, Any]:

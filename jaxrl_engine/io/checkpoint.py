@@ -19,9 +19,15 @@ e.g. `pinned_host` with offload), so the compiled epoch accepts the restored sta
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import shutil
+import sys
+import threading
+import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,9 +220,10 @@ class Checkpointer:
         epoch = self._resolve(epoch)
         path = self.path_of(epoch)
         try:
-            meta = self._manager.restore(
-                epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-            )["meta"]
+            with _quiet_failures():
+                meta = self._manager.restore(
+                    epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+                )["meta"]
         except Exception as e:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} is corrupted or incomplete: its metadata cannot be "
@@ -317,9 +324,10 @@ class Checkpointer:
             for i, s in zip(wanted, shardings, strict=True)
         }
         try:
-            restored = self._manager.restore(
-                info.epoch, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
-            )["state"]
+            with _quiet_failures():
+                restored = self._manager.restore(
+                    info.epoch, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+                )["state"]
             arrays = [restored[_item_name(i)] for i in wanted]
         except Exception as e:
             raise CheckpointError(
@@ -356,6 +364,29 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+@contextlib.contextmanager
+def _quiet_failures() -> Iterator[None]:
+    """Silence what a failed orbax/tensorstore read prints besides its exception.
+
+    When a read fails, tensorstore callbacks still scheduled on orbax's closed event loop raise
+    "Event loop is closed" (printed through `sys.excepthook`) and unawaited read coroutines are
+    reported as unraisable: dozens of tracebacks for one corrupted file. The exception itself
+    still propagates and becomes one `CheckpointError` message.
+    """
+    hooks = sys.excepthook, sys.unraisablehook, threading.excepthook
+    sys.excepthook = lambda *args: None
+    sys.unraisablehook = lambda *args: None
+    threading.excepthook = lambda *args: None
+    try:
+        yield
+    except BaseException:
+        gc.collect()  # report the abandoned coroutines now, while silenced
+        time.sleep(0.2)  # let in-flight callbacks fail while silenced
+        raise
+    finally:
+        sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
 
 
 def _first_line(error: BaseException) -> str:

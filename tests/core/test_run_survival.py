@@ -1,0 +1,172 @@
+"""The driver's side of runs that survive, in-process: checkpoint cadence, resume from Python,
+the NaN stop (failing batch written, last good checkpoint untouched), and run directories whose
+checkpoints do not fit the state that is started in them."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine.core.driver import resume
+from jaxrl_engine.envs.gymnax_env import GymnaxEnv
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+from tests.conftest import small_config
+
+
+def epochs_of(run_dir) -> list[int]:
+    checkpoints = Checkpointer(run_dir / "checkpoints", read_only=True)
+    try:
+        return checkpoints.epochs()
+    finally:
+        checkpoints.close()
+
+
+def logged(run_dir) -> list[int]:
+    return [json.loads(x)["epoch"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_checkpoints_every_save_interval_epochs_and_after_the_last_keeping_the_newest(tmp_path):
+    cfg = small_config(
+        "total_env_steps=448", "save_interval=2", "keep_checkpoints=2", tmp_path=tmp_path
+    )  # 7 epochs: saves after 2, 4, 6 and 7; keeps 6 and 7
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+    assert epochs_of(run_dir) == [6, 7]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["checkpoint"] == str((run_dir / "checkpoints" / "epoch_7").absolute())
+
+
+def test_save_interval_0_writes_no_checkpoint(tmp_path):
+    cfg = small_config("save_interval=0", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    assert not (tmp_path / cfg.name / "checkpoints").exists()
+    assert json.loads((tmp_path / cfg.name / "summary.json").read_text())["checkpoint"] is None
+
+
+def test_python_resume_continues_metrics_and_state_like_one_run(tmp_path):
+    straight_cfg = small_config("total_env_steps=384", "name=straight", tmp_path=tmp_path)
+    engine = jre.build(straight_cfg)  # 6 epochs
+    straight, _ = engine.run(engine.init(jax.random.key(4)))
+
+    cfg = small_config("total_env_steps=384", "save_interval=3", "name=split", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(4)), num_epochs=4)  # checkpoints after 3 and 4
+    run_dir = tmp_path / "split"
+    checkpoints = Checkpointer(run_dir / "checkpoints")
+    checkpoints._manager.delete(4)  # as if the process died in epoch 5, after logging epoch 4
+    checkpoints.close()
+    assert logged(run_dir) == [1, 2, 3, 4]
+
+    engine, state = resume(run_dir)
+    assert int(state.counters.epoch) == 3
+    assert logged(run_dir) == [1, 2, 3]  # back to the checkpoint's copy
+    assert engine.cfg.name == "split" and engine.cfg.save_interval == 3
+    resumed, history = engine.run(state)
+    assert [r["epoch"] for r in history] == [4, 5, 6]
+    assert logged(run_dir) == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(
+        jax.tree.leaves(straight.train.params), jax.tree.leaves(resumed.train.params), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_resume_with_overrides_that_change_no_shape_extends_the_run(tmp_path):
+    cfg = small_config(tmp_path=tmp_path)  # 4 epochs
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    engine, state = resume(tmp_path / cfg.name, ["total_env_steps=384", "algo.ent_coef=0.0"])
+    assert engine.num_epochs == 6 and int(state.counters.epoch) == 4
+    _, history = engine.run(state)
+    assert [r["epoch"] for r in history] == [5, 6]
+
+
+class NaNRewardsFrom(GymnaxEnv):
+    """CartPole whose rewards become NaN from env step `start` on (counted per env, never reset
+    by episode ends): with 16 steps per epoch, start=32 poisons epoch 3."""
+
+    def __init__(self, start: int):
+        super().__init__("CartPole-v1")
+        self.start = start
+
+    def reset(self, key, params):
+        obs, state = super().reset(key, params)
+        return obs, (state, jnp.int32(0))
+
+    def step(self, key, state, action, params):
+        inner, t = state
+        obs, inner, reward, terminated, truncated, info = super().step(key, inner, action, params)
+        reward = jnp.where(t >= self.start, jnp.nan, reward)
+        return obs, (inner, t + 1), reward, terminated, truncated, info
+
+
+def test_nan_rewards_in_epoch_3_stop_the_run_keep_checkpoint_2_and_write_the_batch(tmp_path):
+    cfg = small_config(
+        "total_env_steps=384", "save_interval=1", "eval.interval=10", tmp_path=tmp_path
+    )
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=2 * 16))
+    run_dir = tmp_path / cfg.name
+    with pytest.raises(jre.NonFiniteError) as info:
+        engine.run(engine.init(jax.random.key(0)))
+    error = info.value
+    assert (error.phase, error.quantity, error.epoch) == ("rollout", "rollout/reward_mean", 3)
+    assert "phase 'rollout', quantity 'rollout/reward_mean', epoch 3" in str(error)
+    notes = " ".join(error.__notes__)
+    batch_file = run_dir / "nonfinite_epoch_3.npz"
+    assert str(batch_file) in notes and "epoch_2" in notes
+
+    assert logged(run_dir) == [1, 2]
+    assert epochs_of(run_dir) == [1, 2]  # nothing written for the failing epoch
+    fresh = jre.build(cfg, env=NaNRewardsFrom(start=2 * 16))  # the env state is part of it
+    checkpoints = Checkpointer(run_dir / "checkpoints", read_only=True)
+    state, checkpoint = checkpoints.restore(fresh)
+    assert checkpoint.epoch == 2 and int(state.counters.epoch) == 2
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.train.params))
+
+    batch = np.load(batch_file)
+    rewards = batch["buffer.reward"]
+    assert rewards.shape == (16, 4) and np.isnan(rewards).all()
+    assert "batch.advantages" in batch and "env.obs" in batch
+    assert np.isnan(batch["metrics/rollout/reward_mean"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "non_finite" and summary["epochs"] == 2
+    assert summary["failing_batch"] == str(batch_file)
+
+
+def test_a_fresh_run_over_an_unfinished_one_is_refused_naming_resume(tmp_path):
+    cfg = small_config("save_interval=1", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)  # 2 of 4 epochs
+    again = jre.build(cfg)
+    with pytest.raises(CheckpointError, match=r"unfinished run \(checkpoint of epoch 2 of 4\)"):
+        again.run(again.init(jax.random.key(0)))
+    assert epochs_of(tmp_path / cfg.name) == [1, 2]  # untouched
+    assert logged(tmp_path / cfg.name) == [1, 2]
+
+
+def test_a_fresh_run_over_a_finished_one_starts_it_over(tmp_path, capsys):
+    cfg = small_config(tmp_path=tmp_path)
+    for _ in range(2):
+        engine = jre.build(cfg)
+        engine.run(engine.init(jax.random.key(0)))
+    assert "held a finished run; starting it over" in capsys.readouterr().err
+    assert logged(tmp_path / cfg.name) == [1, 2, 3, 4]  # not 1..4 twice
+    assert epochs_of(tmp_path / cfg.name) == [4]
+
+
+def test_a_state_older_than_the_directorys_checkpoints_is_refused(tmp_path):
+    cfg = small_config("save_interval=1", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    state, _ = engine.epoch(state)
+    later = jre.build(cfg)
+    later.run(later.init(jax.random.key(0)), num_epochs=3)
+    with pytest.raises(CheckpointError, match=r"checkpoints up to epoch 3, after this state's"):
+        engine.run(state)
