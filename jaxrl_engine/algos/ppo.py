@@ -84,12 +84,14 @@ class PPO:
             from jaxrl_engine.interop.torch_policy import build_torch_policy
 
             network = build_torch_policy(torch_cfg, spec, cfg.hidden_sizes, cfg.activation)
-        self.network = network or ActorCritic(
-            action_dim=int(action_dim),
-            discrete=self.discrete,
-            hidden_sizes=tuple(cfg.hidden_sizes),
-            activation=cfg.activation,
-        )
+        if network is None:
+            network = ActorCritic(
+                action_dim=int(action_dim),
+                discrete=self.discrete,
+                hidden_sizes=tuple(cfg.hidden_sizes),
+                activation=cfg.activation,
+            )
+        self.network = network
         batch = cfg.num_steps * num_envs
         if batch % cfg.num_minibatches:
             raise ValueError(
