@@ -283,6 +283,8 @@ class Checkpointer:
             for leaf in stored
             if leaf["path"] not in expected_by_path
         ]
+        # Observations and actions first: they say which env/network shapes disagree.
+        problems.sort(key=lambda text: not text.startswith((".env.obs", ".buffer.action")))
         if problems:
             changes = config_changes(info.config, engine.cfg.model_dump(mode="json"))
             shown = "; ".join(problems[:3]) + (

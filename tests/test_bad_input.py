@@ -1,0 +1,245 @@
+"""Bad input everywhere a user can give it, through `jaxrl-engine train`: one clear paragraph
+on stderr, exit status 2, nothing on stdout, and nothing trained or compiled. One test per case,
+then property tests: random overrides (fresh and --resume) load or fail cleanly, never crash."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from unittest import mock
+
+import jax
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jaxrl_engine as jre
+import jaxrl_engine.core.engine as engine_module
+from jaxrl_engine import cli
+from tests.conftest import SMALL
+
+
+class Reached(Exception):
+    """Raised by the patched expensive step: the input got past every check."""
+
+
+def assert_clean_refusal(
+    status: int, out: str, err: str, *fragments: str, one_line: bool = True
+) -> None:
+    assert status == cli.EXIT_BAD_INPUT, err
+    text = err.strip()
+    assert text.startswith("jaxrl-engine: ") and text.count("jaxrl-engine: ") == 1, err
+    assert "Traceback" not in text and ("\n" not in text or not one_line), err
+    assert out == ""
+    for fragment in fragments:
+        assert fragment in text, (fragment, text)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A small finished PPO run (4 epochs, checkpoints after 2 and 4)."""
+    root = tmp_path_factory.mktemp("runs")
+    cfg = jre.load_config(None, [*SMALL, f"run_dir={root}", "name=done", "save_interval=2"])
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    return root / "done"
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    copy = tmp_path / "done"
+    shutil.copytree(finished_run, copy)
+    return copy
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """Building an engine raises `Reached`: a fresh run's bad input must be caught before."""
+    monkeypatch.setattr(engine_module, "build", mock.Mock(side_effect=Reached("build")))
+
+
+@pytest.fixture
+def nothing_run(monkeypatch):
+    """Compiling or running the engine raises `Reached`: resume may build it (shapes are
+    checked against the engine's state), but a refusal must come before any compile."""
+    monkeypatch.setattr(engine_module.Engine, "run", mock.Mock(side_effect=Reached("run")))
+    monkeypatch.setattr(engine_module.Engine, "warm_up", mock.Mock(side_effect=Reached("warm_up")))
+
+
+def train(capsys, *argv: str) -> tuple[int, str, str]:
+    status = cli.main(["train", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+# ------------------------------------------------------------------------- config of a fresh run
+CONFIG_CASES = {
+    "wrong type": ("env.num_envs=four", ["'env.num_envs'", "integer", "'four'"]),
+    "out of range": ("algo.gamma=1.5", ["'algo.gamma'", "less than or equal to 1", "1.5"]),
+    "negative save_interval": ("save_interval=-1", ["'save_interval'", "greater than or equal"]),
+    "keep no checkpoint": ("keep_checkpoints=0", ["'keep_checkpoints'", "greater than 0"]),
+    "unknown key": ("checkpoint_every=5", ["'checkpoint_every'", "valid keys", "save_interval"]),
+    "conflicting options": ("algo.num_minibatches=3", ["num_minibatches=3", "must divide", "64"]),
+    "unknown env id": ("env.id=CartPole-v9", ["'env.id'", "CartPole-v9", "CartPole-v1"]),
+    "unknown env param": ("env.params={gravity_x: 1}", ["env.params", "gravity_x", "gravity"]),
+    "not key=value": ("seed", ["'seed'", "key=value"]),
+}
+
+
+@pytest.mark.parametrize("override, expected", CONFIG_CASES.values(), ids=CONFIG_CASES.keys())
+def test_bad_config_is_refused_before_anything_is_built(
+    override, expected, nothing_built, capsys, tmp_path
+):
+    status, out, err = train(capsys, *SMALL, f"run_dir={tmp_path}", "seed=1", override)
+    assert_clean_refusal(status, out, err, *expected)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_config_file_that_is_not_yaml_is_refused(nothing_built, capsys, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("algo: {lr: [1e-3\n")
+    # YAML's own pointer to the line and column is kept (a few lines, no traceback).
+    status, out, err = train(capsys, str(path))
+    assert_clean_refusal(status, out, err, str(path), "not valid YAML", "line 1", one_line=False)
+
+
+# --------------------------------------------------------------------------------- resume input
+def test_resume_of_a_directory_that_does_not_exist(nothing_run, capsys, tmp_path):
+    missing = tmp_path / "runs" / "nope"
+    assert_clean_refusal(*train(capsys, "--resume", str(missing)), str(missing), "does not exist")
+
+
+def test_resume_of_a_directory_without_checkpoints(nothing_run, capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_clean_refusal(*train(capsys, "--resume", str(tmp_path / "empty")), "has no checkpoints/")
+
+
+def test_resume_of_a_checkpoint_instead_of_its_run_directory(run_copy, nothing_run, capsys):
+    status, out, err = train(capsys, "--resume", str(run_copy / "checkpoints" / "epoch_4"))
+    assert_clean_refusal(status, out, err, "that is a checkpoint", str(run_copy))
+
+
+def test_resume_with_a_config_file_is_refused(run_copy, nothing_run, capsys, tmp_path):
+    status, out, err = train(capsys, "configs/ppo_cartpole.yaml", "--resume", str(run_copy))
+    assert_clean_refusal(status, out, err, "--resume continues with the run's own config")
+
+
+def test_resume_cannot_move_the_run(run_copy, nothing_run, capsys):
+    status, out, err = train(capsys, "--resume", str(run_copy), "name=elsewhere")
+    assert_clean_refusal(status, out, err, "'name=elsewhere'", "stays in its run directory")
+
+
+def test_resume_with_a_config_that_changes_shapes(run_copy, nothing_run, capsys):
+    status, out, err = train(capsys, "--resume", str(run_copy), "algo.hidden_sizes=[32,32]")
+    assert_clean_refusal(
+        status,
+        out,
+        err,
+        "another state layout",
+        "float32[4, 16] in the checkpoint and float32[4, 32]",
+        "algo.hidden_sizes: [16, 16] -> [32, 32]",
+    )
+
+
+def test_resume_with_an_env_whose_observations_differ_from_the_network(
+    run_copy, nothing_run, capsys
+):
+    status, out, err = train(capsys, "--resume", str(run_copy), "env.id=Acrobot-v1")
+    assert_clean_refusal(
+        status, out, err, ".env.obs is float32[4, 4] in the checkpoint and float32[4, 6]"
+    )
+
+
+def test_resume_with_a_bad_override(run_copy, nothing_run, capsys):
+    status, out, err = train(capsys, "--resume", str(run_copy), "algo.lr=-1")
+    assert_clean_refusal(status, out, err, "'algo.lr'", "greater than 0")
+
+
+def test_resume_of_a_corrupted_checkpoint_points_to_the_previous_one(run_copy, nothing_run, capsys):
+    for meta in (run_copy / "checkpoints" / "epoch_4" / "meta").iterdir():
+        meta.write_bytes(meta.read_bytes()[:50])
+    status, out, err = train(capsys, "--resume", str(run_copy))
+    assert_clean_refusal(
+        status, out, err, "epoch_4", "corrupted", "resume from the previous checkpoint (epoch 2)"
+    )
+
+
+def test_resume_of_a_checkpoint_with_truncated_array_data(run_copy, nothing_run, capsys):
+    for data in (run_copy / "checkpoints" / "epoch_4" / "state" / "d").iterdir():
+        data.write_bytes(data.read_bytes()[:10])
+    status, out, err = train(capsys, "--resume", str(run_copy))
+    assert_clean_refusal(status, out, err, "epoch_4", "its arrays cannot be read")
+
+
+def test_a_fresh_run_over_an_unfinished_run_is_refused_naming_resume(run_copy, capsys):
+    # Make it unfinished: drop the last checkpoint, as if killed after epoch 3.
+    shutil.rmtree(run_copy / "checkpoints" / "epoch_4")
+    argv = [*SMALL, f"run_dir={run_copy.parent}", "name=done", "save_interval=2"]
+    with mock.patch.object(engine_module.Engine, "warm_up", side_effect=Reached("warm_up")):
+        status, out, err = train(capsys, *argv)
+    assert_clean_refusal(
+        status, out, err, "unfinished run", f"jaxrl-engine train --resume {run_copy}"
+    )
+    assert (run_copy / "checkpoints" / "epoch_2").is_dir()
+
+
+# ------------------------------------------------------------------------------- property tests
+VALUES = ["1", "0", "-3", "2.5", "1e-3", ".nan", "true", "abc", "[1,2]", "[]", "{a: 1}", "null"]
+KEYS = [
+    "seed",
+    "total_env_steps",
+    "save_interval",
+    "keep_checkpoints",
+    "env.num_envs",
+    "env.id",
+    "eval.interval",
+    "algo.lr",
+    "algo.num_steps",
+    "algo.hidden_sizes",
+    "algo.num_minibatches",
+    "algo.activation",
+    "algo.bogus",
+    "bogus",
+]
+override = st.one_of(
+    st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)).map("=".join),
+    st.text(alphabet="ab.=1[ ]", max_size=8),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(overrides=st.lists(override, max_size=3))
+def test_random_overrides_through_the_cli_train_or_fail_cleanly(overrides, capsys):
+    try:
+        jre.load_config(None, [*SMALL, *overrides])
+        valid = True
+    except jre.ConfigError:
+        valid = False
+    with mock.patch.object(engine_module, "build", side_effect=Reached("build")):
+        try:
+            status = cli.main(["train", *SMALL, *overrides])
+        except Reached:
+            assert valid
+            return
+    assert not valid
+    assert_clean_refusal(status, *capsys.readouterr())
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(overrides=st.lists(override, max_size=2))
+def test_random_overrides_on_resume_continue_or_fail_cleanly(overrides, finished_run, capsys):
+    capsys.readouterr()  # drop what earlier examples printed
+    before = (finished_run / "metrics.jsonl").read_text()
+    with mock.patch.object(engine_module.Engine, "run", side_effect=Reached("run")):
+        try:
+            status = cli.main(["train", "--resume", str(finished_run), *overrides])
+        except Reached:
+            return  # a valid config with the checkpoint's shapes: training would start here
+    out, err = capsys.readouterr()
+    assert_clean_refusal(status, out, err)
+    assert (finished_run / "metrics.jsonl").read_text() == before  # a refusal changes nothing
+    assert (finished_run / "checkpoints" / "epoch_4").is_dir()
