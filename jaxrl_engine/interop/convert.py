@@ -4,7 +4,10 @@
 by DLPack (zero-copy: the arrays alias torch's live weights), `apply(params, x)` is pure JAX
 (jit/vmap/grad work) and computes what `module(x)` computes in eval mode. Weights keep
 torch's layouts (Linear [out, in], Conv2d OIHW), contracted with `lax.dot_general` /
-`lax.conv_general_dilated`, so bridging needs no transpose and jit sees default layouts.
+`lax.conv_general_dilated`, so bridging needs no transpose and jit sees default layouts: an
+MLP compiles with no transpose at all. (XLA:CPU itself runs convolutions in NHWC, so a Conv2d
+layer's NCHW activations and OIHW weights are re-laid out inside the compiled call; that is
+XLA's choice for any NCHW convolution, not the bridge's.)
 
 Supported: `nn.Sequential` (nested) of Linear, Conv2d, LayerNorm, Flatten, Identity, Dropout
 (identity: acting is eval mode) and the activations in `ACTIVATIONS`. Anything else raises

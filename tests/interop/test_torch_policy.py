@@ -255,3 +255,21 @@ def test_the_package_imports_and_trains_without_torch(tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=str(ROOT)
     )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_fast_path_keeps_linear_weights_out_in_and_the_graph_has_no_transpose():
+    module = _modules()[1][1]  # Linear [out, in] weights, LayerNorm, activations
+    fn = TorchFunction(module, "fast")
+    hlo = jax.jit(fn).lower(fn.params(), jnp.ones((2, 6))).compile().as_text()
+    assert "transpose(" not in hlo
+
+
+def test_the_learner_state_does_not_alias_torch_so_the_epoch_can_donate_it(tmp_path):
+    from jaxrl_engine.interop import check_donatable
+
+    engine = jre.build(_torch_cfg(tmp_path))
+    state = engine.init(jax.random.key(0))
+    check_donatable(state, "EngineState")  # init copied the torch weights into JAX buffers
+    actor = engine.algo.network.actor_module
+    for name, tensor in actor.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(state.train.params["actor"][name]), tensor.numpy())
