@@ -12,7 +12,8 @@ params of the fast-path (native JAX) policy.
 
 The torch modules and optimizer live on the host, outside `EngineState`: this learner is
 stateful (a fresh `engine.init` does not reset torch), and `make_train` cannot `vmap` it over
-seeds (an io_callback is not batched). Outside jit, `acting_params()` bridges the current
+seeds: that raises a `ValueError` (a `custom_vmap` rule) instead of letting every seed step the
+same torch module in turn. Outside jit, `acting_params()` bridges the current
 torch weights zero-copy.
 """
 
@@ -86,9 +87,20 @@ class TorchPPOLearner:
         params = train_state.params
         shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
         metric_shapes = {k: jax.ShapeDtypeStruct((), jnp.float32) for k in METRICS}
-        new_params, metrics = io_callback(
-            self._train_host, (shapes, metric_shapes), data, seed, ordered=False
-        )
+
+        @jax.custom_batching.custom_vmap
+        def torch_train(data: Any, seed: jax.Array) -> Any:
+            return io_callback(self._train_host, (shapes, metric_shapes), data, seed, ordered=False)
+
+        @torch_train.def_vmap
+        def _refuse(axis_size, in_batched, data, seed):
+            raise ValueError(
+                "algo.torch_policy.learner=torch cannot be vmapped (e.g. make_train over seeds): "
+                "one torch module and optimizer would be stepped by every seed in turn. Run one "
+                "seed per process, or use learner=jax (the JAX learner vmaps)"
+            )
+
+        new_params, metrics = torch_train(data, seed)
         return train_state.replace(params=new_params), metrics
 
     # ------------------------------------------------------------- on host

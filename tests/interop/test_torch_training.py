@@ -66,3 +66,12 @@ def test_torch_learner_trains_in_torch_and_the_actor_acts_with_its_weights(tmp_p
     params = learner.acting_params()
     for k, v in after.items():
         assert params["actor"][k].unsafe_buffer_pointer() == v.data_ptr()
+
+
+def test_the_torch_learner_refuses_to_be_vmapped_over_seeds(tmp_path):
+    cfg = small_config(
+        "algo.torch_policy.learner=torch", "algo.torch_policy.critic=torch", tmp_path=tmp_path
+    )
+    train = jre.make_train(cfg)
+    with pytest.raises(ValueError, match="cannot be vmapped"):
+        jax.eval_shape(jax.vmap(train), jax.random.split(jax.random.key(0), 2))
