@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.engine import EPOCH_PHASES
+from jaxrl_engine.core.hooks import chain, check_guards, timed
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
 
 if TYPE_CHECKING:
@@ -141,6 +142,10 @@ class TorchSimRollout:
         self._len: Any = None
         self.act = jax.jit(self._act, static_argnums=3)
         self.complete = jax.jit(self.algo.complete_trajectory)
+        # The engine's rollout hooks (nan_guard, offload placement, user hooks) run eagerly
+        # around the host loop, as they run traced around the JAX rollout; the metric names are the
+        # JAX rollout's, so nan_guard's indices name the same quantities.
+        self.rollout = chain(*engine.phase_hooks["rollout"])(self._rollout)
 
     def _act(self, params: Any, obs: jax.Array, key: jax.Array, deterministic: bool):
         action, extras = self.algo.act(params, obs, key, deterministic)
@@ -154,7 +159,7 @@ class TorchSimRollout:
         self._ret = torch.zeros(self.sim.num_envs)
         self._len = torch.zeros(self.sim.num_envs, dtype=torch.int32)
 
-    def rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
+    def _rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
         """`algo.num_steps` host steps; writes the trajectory to `state.buffer`."""
         import torch
 
@@ -201,8 +206,12 @@ class TorchSimRollout:
         finished = torch.cat(returns)
         episode_return = float(finished.mean()) if finished.numel() else float("nan")
         episode_length = float(torch.cat(lengths).float().mean()) if finished.numel() else np.nan
+        last_obs = from_torch(self._obs, copy="always", report=self.report)
         state = state.replace(
             buffer=self.algo.add_to_buffer(state.buffer, trajectory),
+            env=state.env.replace(
+                obs=last_obs, done=trajectory.terminated[-1] | trajectory.truncated[-1]
+            ),
             rng=rng,
             counters=state.counters.replace(
                 env_steps=state.counters.env_steps + num_steps * self.sim.num_envs
@@ -212,13 +221,17 @@ class TorchSimRollout:
             "rollout/episode_return": jnp.float32(episode_return),
             "rollout/episode_length": jnp.float32(episode_length),
             "rollout/episodes": jnp.int32(finished.numel()),
+            "rollout/reward_mean": trajectory.reward.mean(),
         }
 
     def epoch(self, state: EngineState) -> tuple[EngineState, Metrics]:
-        """Host rollout, then the engine's jitted update_dataset -> train -> sync_weights."""
-        state, metrics = self.rollout(state)
+        """Host rollout, then the engine's jitted update_dataset -> train -> sync_weights.
+
+        Each phase is timed into `engine.timer` (so `engine.timing_summary()` covers it).
+        """
+        state, metrics = timed("rollout", self.engine.timer)(self.rollout)(state)
         for name in EPOCH_PHASES[1:]:
-            state, m = getattr(self.engine, name)(state)
+            state, m = self.engine.timed_call(name, state)
             metrics = {**metrics, **m}
         return state, metrics
 
@@ -245,11 +258,17 @@ class TorchSimRollout:
         metrics: Metrics = {}
         for _ in range(num_epochs):
             state, metrics = self.epoch(state)
+            host_metrics = jax.device_get(metrics)
+            check_guards(host_metrics, self.engine.guarded_names, int(state.counters.epoch))
         jax.block_until_ready(state)
         seconds = time.perf_counter() - start
         steps = num_epochs * self.engine.cfg.algo.num_steps * self.sim.num_envs
         return state, {
             "seconds": seconds,
             "steps_per_second": steps / seconds,
-            **{k: float(v) for k, v in metrics.items() if np.ndim(v) == 0},
+            **{
+                k: float(v)
+                for k, v in metrics.items()
+                if np.ndim(v) == 0 and not k.startswith("guard/")
+            },
         }

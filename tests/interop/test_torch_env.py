@@ -75,10 +75,16 @@ def test_host_rollout_crosses_by_dlpack_and_feeds_the_engine_phases(tmp_path):
     assert state.buffer.obs.shape == (T, n, 4) and state.buffer.action.shape == (T, n)
     assert int(state.counters.env_steps) == T * n and int(state.counters.epoch) == 1
     assert np.isfinite(float(metrics["train/loss"]))
+    # The engine's hooks and timer cover the host rollout too.
+    assert int(metrics["guard/rollout"]) == -1
+    jax_metrics = jax.eval_shape(engine.rollout, state)[1]
+    assert set(metrics) & set(jax_metrics) == set(jax_metrics)  # nan_guard names line up
+    assert "rollout" in engine.timer.table()
+    assert state.env.obs.shape == (n, 4)
     # Observations and actions crossed zero-copy; only the kept reward/done/next_obs were copied.
     per_step_zero = n * 4 * 4 + n * 4  # obs f32[n, 4] in, actions i32[n] out
     assert rollout.report.zero_copy_bytes == T * per_step_zero
-    assert rollout.report.copied_bytes == T * (n * 4 + n + n + n * 16)
+    assert rollout.report.copied_bytes == T * (n * 4 + n + n + n * 16) + n * 16  # + last obs
     ret = rollout.evaluate(state, TorchCartPole(4, seed=1), max_steps=20)
     assert 1.0 <= ret <= 20.0
 
