@@ -12,7 +12,8 @@ the buffer past `learning_starts` (so every gradient step is real):
                 donated): env steps/s and gradient steps/s at the config's train_ratio.
 
 Every timing is the median of `--repeats` calls, each blocked on its result; compilation is
-excluded (each function runs once before timing).
+excluded (each function runs once before timing). Fused and loop calls alternate, so that the
+load of a shared machine weighs on both alike.
 
     .venv/bin/python benchmarks/offpolicy_throughput.py [--repeats 20]
 """
@@ -65,16 +66,6 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     train_state, buffer, batch = state.train, state.buffer, state.batch
 
     fused = jax.jit(algo.train, donate_argnums=0)
-    holder = {"ts": jax.tree.map(lambda x: x.copy(), train_state)}
-
-    def run_fused():
-        holder["ts"], _ = fused(holder["ts"], buffer, batch, jax.random.key(1))
-        jax.block_until_ready(holder["ts"])
-
-    run_fused()
-    t = median_seconds(run_fused, repeats)
-    out["fused_grad_steps_per_s"] = G / t
-
     one_cfg = cfg.algo.model_copy(
         update={"train_ratio": 1.0 / (cfg.algo.num_steps * engine.num_envs)}
     )
@@ -83,17 +74,27 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     step = jax.jit(one.train, donate_argnums=0)
     slices = [jax.tree.map(lambda x, i=i: x[i : i + 1], batch) for i in range(G)]
     keys = list(jax.random.split(jax.random.key(2), G))
-    holder["ts"] = jax.tree.map(lambda x: x.copy(), train_state)
+    holder = {name: jax.tree.map(lambda x: x.copy(), train_state) for name in ("fused", "loop")}
+
+    def run_fused():
+        holder["fused"], _ = fused(holder["fused"], buffer, batch, jax.random.key(1))
+        jax.block_until_ready(holder["fused"])
 
     def run_loop():
-        ts = holder["ts"]
+        ts = holder["loop"]
         for i in range(G):
             ts, _ = step(ts, buffer, slices[i], keys[i])
-        holder["ts"] = jax.block_until_ready(ts)
+        holder["loop"] = jax.block_until_ready(ts)
 
+    run_fused()
     run_loop()
-    t = median_seconds(run_loop, repeats)
-    out["loop_grad_steps_per_s"] = G / t
+    # Interleaved, so that a change in the machine's load hits both alike.
+    fused_s, loop_s = [], []
+    for _ in range(repeats):
+        fused_s.append(median_seconds(run_fused, 1))
+        loop_s.append(median_seconds(run_loop, 1))
+    out["fused_grad_steps_per_s"] = G / statistics.median(fused_s)
+    out["loop_grad_steps_per_s"] = G / statistics.median(loop_s)
 
     epoch_holder = {"s": state}
 
