@@ -21,7 +21,7 @@ The traps of NOTES-jax-torch.md (jax 0.10.2, torch 2.13) and what the bridge doe
 | `jax.dlpack.from_dlpack(t, copy=True)` does not copy | `copy="always"` copies in torch, checked by pointer | |
 | `t.resize_()` after export: the JAX array reads freed memory | `report.check_alive()` raises | |
 | donating a JAX array torch still views is silently skipped | `check_donatable(tree)` raises | |
-| sharded JAX arrays cannot be exported whole | error (`to_torch_shards`) | replicated: shard 0 zero-copy; else one gathered copy |
+| sharded JAX arrays cannot be exported whole | partitioned: error (use `to_torch_shards`); fully replicated: shard 0, zero-copy | partitioned: one gathered copy; replicated: as never |
 | typed PRNG keys, deleted (donated) arrays, tracers | error | error |
 """
 
