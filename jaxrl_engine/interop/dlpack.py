@@ -113,10 +113,14 @@ class BridgeReport:
 _SHARED: dict[int, weakref.ref] = {}
 
 
+_PRUNE_AT = [4096]  # prune dead entries when the registry grows past this (then doubles it)
+
+
 def _remember(t: torch.Tensor) -> None:
-    if len(_SHARED) > 4096:
+    if len(_SHARED) > _PRUNE_AT[0]:
         for ptr in [p for p, ref in _SHARED.items() if ref() is None]:
             del _SHARED[ptr]
+        _PRUNE_AT[0] = max(4096, 2 * len(_SHARED))
     _SHARED[t.data_ptr()] = weakref.ref(t)
 
 
