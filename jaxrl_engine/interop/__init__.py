@@ -19,7 +19,7 @@ Where weights cross, and what it costs:
 | torch module -> fast/universal params, at `init` | `TorchFunction.params()` then `jnp.array` | one, so the learner never aliases torch (donation stays valid) |
 | torch learner -> JAX actor, inside the jitted epoch | the `train` io_callback returns the weights | one per epoch, counted in `TorchPPOLearner.bytes_to_jax` |
 | torch learner -> JAX, outside jit | `TorchPPOLearner.acting_params()` | none (DLPack) |
-| JAX learner -> JAX actor | `sync_weights`; `acting_dtype: bfloat16` makes a cast copy | none, or one cast |
+| JAX learner -> JAX actor | `sync_weights` (inside jit); `acting_dtype: bfloat16` makes a cast copy | at most one (XLA may share the buffer); a cast is one |
 | JAX learner -> torch actor | `export_to_torch` / `TorchActorCritic.export_to_torch` into the module's own storage (casting to its dtype) | one; `to_torch` alone is zero-copy |
 """
 
