@@ -233,21 +233,7 @@ class Config(_Strict):
     )
     wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
     save_interval: int = Field(
-        25,
-        ge=0,
-        description="full-state checkpoint every this many epochs and after the last (0: none)",
-    )
-    keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_algo_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("algo"), dict):
-            data = {**data, "algo": {"name": "ppo", **data["algo"]}}
-        return data
-
-    save_interval: int = Field(
-        25,
+        100,
         ge=0,
         description="full-state checkpoint every this many epochs and after the last (0: none)",
     )
