@@ -5,6 +5,7 @@ one `EngineState`; hooks are composable transforms of phases; `make_train(cfg)` 
 training as one pure function of a key.
 """
 
+from jaxrl_engine.core.driver import TrainingInterrupted, resume
 from jaxrl_engine.core.engine import Engine, ShapeMismatchError, build
 from jaxrl_engine.core.hooks import (
     Hook,
@@ -19,9 +20,12 @@ from jaxrl_engine.core.hooks import (
 )
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config, ConfigError, load_config
 
 __all__ = [
+    "CheckpointError",
+    "Checkpointer",
     "Config",
     "ConfigError",
     "Engine",
@@ -40,5 +44,7 @@ __all__ = [
     "nan_guard",
     "offload_after",
     "reload_before",
+    "resume",
     "timed",
+    "TrainingInterrupted",
 ]

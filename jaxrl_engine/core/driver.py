@@ -238,6 +238,8 @@ def run(
             )
 
         def summarize(status: str, **extra: Any) -> dict[str, Any]:
+            if checkpoints is not None:
+                checkpoints.wait()  # the summary names the latest committed checkpoint
             train_s = time.perf_counter() - train_start
             summary = {
                 "name": cfg.name,
@@ -319,7 +321,7 @@ def run(
     finally:
         out.close()
         if checkpoints is not None:
-            checkpoints.close()
+            checkpoints.close()  # waits for a save in flight
     return state, history
 
 

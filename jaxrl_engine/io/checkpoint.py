@@ -149,6 +149,8 @@ class Checkpointer:
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=self._keep,
                 step_prefix=STEP_PREFIX,
+                # Synchronous: `save` returns with the checkpoint committed. (Orbax's async mode
+                # left a save uncommitted for as long as the next compiled epoch ran on CPU.)
                 enable_async_checkpointing=False,
                 # Not orbax's read_only (it logs warnings); a read-only Checkpointer never saves.
                 create=not self._read_only,
@@ -159,7 +161,9 @@ class Checkpointer:
         return self.directory / f"{STEP_PREFIX}_{epoch}"
 
     def epochs(self) -> list[int]:
-        """Epochs of the committed checkpoints, oldest first (unfinished writes are not listed)."""
+        """Epochs of the committed checkpoints, oldest first (after this Checkpointer's own save
+        in flight commits; unfinished writes of dead processes are not listed)."""
+        self._manager.wait_until_finished()  # this writer's own save in flight counts
         self._manager.reload()
         return sorted(self._manager.all_steps())
 
@@ -175,7 +179,10 @@ class Checkpointer:
         metrics_lines: list[str],
         num_epochs: int,
     ) -> Path:
-        """Write `state` as the checkpoint of its `counters.epoch`; returns its directory."""
+        """Write `state` as the checkpoint of its `counters.epoch`; returns its directory.
+
+        Returns with the checkpoint committed (written to a temporary directory, renamed).
+        """
         ocp = self._ocp
         if self._read_only:
             raise CheckpointError(f"{str(self.directory)!r} was opened read-only")
@@ -202,8 +209,12 @@ class Checkpointer:
             ),
             force=True,
         )
-        self._manager.wait_until_finished()
+        self.wait()
         return self.path_of(epoch)
+
+    def wait(self) -> None:
+        """Block until the last `save` is committed (its files written and renamed)."""
+        self._manager.wait_until_finished()
 
     def _fallback_hint(self, epoch: int) -> str:
         older = [e for e in self.epochs() if e < epoch]
@@ -365,6 +376,7 @@ class Checkpointer:
         self._manager = self._open()
 
     def close(self) -> None:
+        """Wait for a save in flight to commit, then release orbax's resources."""
         self._manager.close()
 
 

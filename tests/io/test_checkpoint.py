@@ -34,12 +34,15 @@ def leaves_bytes(state) -> list[tuple[str, bytes]]:
 
 
 def save(checkpoints: Checkpointer, engine, state, lines=()) -> Path:
-    return checkpoints.save(
+    """Save and wait for the commit (orbax writes in the background)."""
+    path = checkpoints.save(
         state,
         config=engine.cfg.model_dump(mode="json"),
         metrics_lines=list(lines),
         num_epochs=engine.num_epochs,
     )
+    checkpoints.wait()
+    return path
 
 
 def trained(engine, epochs: int, seed: int = 0):
@@ -108,7 +111,7 @@ def test_keeps_only_the_newest_checkpoints(engine, tmp_path):
     for _ in range(4):
         state, _ = engine.epoch(state)
         save(checkpoints, engine, state)
-    assert checkpoints.epochs() == [3, 4]
+    assert checkpoints.epochs() == [3, 4]  # waits for the last save to commit
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_3", "epoch_4"]
 
 
