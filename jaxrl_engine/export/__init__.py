@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 POLICY_DIR = "policy"  # inside a run directory
 PLATFORMS = ("cpu", "cuda")
 HERE = Path(__file__).resolve().parent
+ARTEFACT_FILES = (
+    "act.jaxexport",
+    "params.npz",
+    "policy.py",
+    "meta.json",
+    "torch_policy.py",
+    "torch_policy.pt",
+)
 
 
 class ExportError(ValueError):
@@ -126,6 +134,8 @@ def export_policy(
 ) -> Path:
     """Write the policy artefact for acting params `params` (e.g. `state.eval_params`)."""
     directory = Path(directory)
+    for name in ARTEFACT_FILES:  # never leave another policy's files beside this one's
+        (directory / name).unlink(missing_ok=True)
     flat = flatten_params(params)
     names = list(flat)
     treedef = jax.tree.structure(params)
@@ -144,8 +154,8 @@ def export_policy(
     except Exception as e:
         raise ExportError(
             f"the acting function of algorithm {engine.algo.name!r} cannot be exported with "
-            f"jax.export ({type(e).__name__}: {str(e).splitlines()[0]}); a policy acting through "
-            "a host callback (algo.torch_policy.path=universal) has no StableHLO form"
+            f"jax.export ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); a policy acting "
+            "through a host callback (algo.torch_policy.path=universal) has no StableHLO form"
         ) from e
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "act.jaxexport").write_bytes(blob)

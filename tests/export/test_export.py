@@ -187,3 +187,21 @@ def test_off_policy_artefacts_reproduce_actions_without_the_engine(overrides, tm
     assert imported.strip() == "[]"
     np.testing.assert_allclose(np.load(tmp_path / "actions.npy"), expected, rtol=1e-5, atol=1e-7)
     assert len(np.unique(expected)) > 1
+
+
+def test_a_policy_acting_through_a_host_callback_warns_and_finishes_the_run(tmp_path):
+    pytest.importorskip("torch")
+    cfg = small_config(
+        "algo.torch_policy.path=universal",
+        "total_env_steps=128",
+        "eval.interval=1",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg)
+    stale = tmp_path / cfg.name / POLICY_DIR
+    stale.mkdir(parents=True)
+    (stale / "act.jaxexport").write_bytes(b"an earlier run's policy")
+    with pytest.warns(UserWarning, match=r"policy not exported: .*host callback"):
+        _, history = engine.run(engine.init(jax.random.key(0)))
+    assert len(history) == 2 and (tmp_path / cfg.name / "summary.json").is_file()
+    assert not (stale / "act.jaxexport").exists(), "eval would play an earlier run's policy"
