@@ -120,16 +120,30 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    import json as json_module
     from pathlib import Path
 
-    from jaxrl_engine.export import POLICY_DIR, ExportError, export_torch
+    from jaxrl_engine.export import POLICY_DIR, ExportError, export_from_checkpoint, export_torch
+    from jaxrl_engine.io.checkpoint import CheckpointError
 
     policy = Path(args.run) / POLICY_DIR
     try:
+        if args.checkpoint:
+            export_from_checkpoint(args.run)
         if not (policy / "meta.json").is_file():
-            raise ExportError(f"{args.run} has no exported policy ({policy}/meta.json)")
-        export_torch(policy)
-    except ExportError as e:
+            raise ExportError(
+                f"{args.run} has no exported policy ({policy}/meta.json); "
+                "--checkpoint exports one from the run's latest checkpoint"
+            )
+        if json_module.loads((policy / "meta.json").read_text())["torch"] is not None:
+            export_torch(policy)
+        else:
+            print(
+                "jaxrl-engine: no torch module for this policy (not an MLP actor-critic); "
+                "the JAX artefact is policy.py",
+                file=sys.stderr,
+            )
+    except (ExportError, CheckpointError, ConfigError) as e:
         print(f"jaxrl-engine: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(policy)
@@ -160,10 +174,16 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     export = verbs.add_parser(
         "export",
         help="add the torch module (torch_policy.py + .pt) to a run's exported policy",
-        description="RUN_DIR/policy/ already holds the JAX artefact (policy.py, act.jaxexport, "
-        "params.npz); this adds the torch one. Needs torch.",
+        description="RUN_DIR/policy/ holds the JAX artefact (policy.py, act.jaxexport, "
+        "params.npz) once a run ends; this adds the torch one (needs torch), after rewriting "
+        "the JAX artefact from the latest checkpoint with --checkpoint.",
     )
     export.add_argument("run", metavar="RUN_DIR")
+    export.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="first (re)write the JAX artefact from the run's latest checkpoint",
+    )
 
 
 USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export}

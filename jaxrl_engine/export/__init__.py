@@ -242,3 +242,24 @@ def load_params(engine: Engine, directory: str | Path) -> Any:
     with np.load(path) as data:
         flat = {n: data[n] for n in data.files}
     return unflatten_params(engine.state_shape.eval_params, flat)
+
+
+def export_from_checkpoint(run_dir: str | Path, epoch: int | None = None) -> Path:
+    """Write `<run_dir>/policy/` from a full-state checkpoint (default: the latest), e.g. for a
+    run stopped by SIGINT before its end-of-run export. The run directory is only read."""
+    from jaxrl_engine.core.engine import build
+    from jaxrl_engine.io.checkpoint import Checkpointer
+    from jaxrl_engine.io.config import config_from_dict
+
+    run = Path(run_dir)
+    if not (run / "checkpoints").is_dir():
+        raise ExportError(f"{run} has no checkpoints/ to export a policy from")
+    checkpoints = Checkpointer(run / "checkpoints", read_only=True)
+    try:
+        info = checkpoints.info(epoch)
+        raw = {**info.config, "name": run.name, "run_dir": str(run.parent), "progress": False}
+        engine = build(config_from_dict(raw))
+        state, _ = checkpoints.restore(engine, info.epoch)
+    finally:
+        checkpoints.close()
+    return export_policy(engine, state.eval_params, run / POLICY_DIR)

@@ -3,6 +3,7 @@ neither the engine nor the training code (JAX path), and as a torch module (torc
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -205,3 +206,26 @@ def test_a_policy_acting_through_a_host_callback_warns_and_finishes_the_run(tmp_
         _, history = engine.run(engine.init(jax.random.key(0)))
     assert len(history) == 2 and (tmp_path / cfg.name / "summary.json").is_file()
     assert not (stale / "act.jaxexport").exists(), "eval would play an earlier run's policy"
+
+
+def test_cli_export_from_the_latest_checkpoint(tmp_path, capsys):
+    cfg = small_config("save_interval=2", tmp_path=tmp_path)  # 4 epochs: checkpoints 2 and 4
+    engine = jre.build(cfg)
+    state, _ = engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    for path in (run_dir / POLICY_DIR).iterdir():
+        path.unlink()
+    assert cli.main(["export", str(run_dir)]) == cli.EXIT_BAD_INPUT
+    assert "--checkpoint" in capsys.readouterr().err
+
+    assert cli.main(["export", str(run_dir), "--checkpoint"]) == 0
+    for a, b in zip(
+        jax.tree.leaves(load_params(engine, run_dir / POLICY_DIR)),
+        jax.tree.leaves(state.eval_params),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (run_dir / "metrics.jsonl").read_text() == metrics  # the run is only read
+    if importlib.util.find_spec("torch") is not None:
+        assert (run_dir / POLICY_DIR / "torch_policy.pt").is_file()
