@@ -170,3 +170,20 @@ def test_a_state_older_than_the_directorys_checkpoints_is_refused(tmp_path):
     later.run(later.init(jax.random.key(0)), num_epochs=3)
     with pytest.raises(CheckpointError, match=r"checkpoints up to epoch 3, after this state's"):
         engine.run(state)
+
+
+def test_cli_reports_a_non_finite_stop_with_exit_3_and_the_summary(tmp_path, monkeypatch, capsys):
+    import jaxrl_engine.core.engine as engine_module
+    from jaxrl_engine import cli
+    from tests.conftest import SMALL
+
+    real_build = engine_module.build
+    monkeypatch.setattr(
+        engine_module, "build", lambda cfg, **kw: real_build(cfg, env=NaNRewardsFrom(32), **kw)
+    )
+    argv = ["train", *SMALL, f"run_dir={tmp_path}", "name=poisoned", "eval.interval=10"]
+    assert cli.main(argv) == cli.EXIT_NON_FINITE
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "non_finite"
+    assert err.startswith("jaxrl-engine: non-finite value in phase 'rollout'")
+    assert "epoch 3" in err and "nonfinite_epoch_3.npz" in err and "Traceback" not in err
