@@ -21,7 +21,7 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class EnvConfig(_Strict):
@@ -233,7 +233,7 @@ class Config(_Strict):
     )
     wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
     save_interval: int = Field(
-        100,
+        250,
         ge=0,
         description="full-state checkpoint every this many epochs and after the last (0: none)",
     )
@@ -326,8 +326,8 @@ def _format(error: ValidationError) -> str:
     for e in error.errors():
         loc = tuple(
             p
-            for p in e["loc"]
-            if not (len(e["loc"]) > 1 and e["loc"][0] == "algo" and p in ALGO_NAMES)
+            for i, p in enumerate(e["loc"])
+            if not (i == 1 and e["loc"][0] == "algo" and p in ALGO_NAMES)
         )
         key = ".".join(str(p) for p in loc) or "<config>"
         if e["type"] == "extra_forbidden":
