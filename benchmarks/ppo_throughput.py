@@ -25,6 +25,7 @@ steps/s of each is compared. Exits 1 when engine-a is slower than 0.97x the fuse
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -194,6 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed runs of each variant")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="run on one CPU only, like `taskset -c CPU` (Linux; the script re-executes "
+        "itself pinned): XLA then runs single-threaded",
+    )
+    parser.add_argument(
         "--no-guard-row",
         action="store_true",
         help="skip the extra engine-a row with nan_guard=false (informational, not gated)",
@@ -205,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.epochs < 1:
         parser.error("--epochs and --repeats must be >= 1")
 
+    if args.pin_cpu is not None and os.sched_getaffinity(0) != {args.pin_cpu}:
+        # XLA sizes its CPU thread pool from the affinity it sees when it starts, and importing
+        # jax has started threads already: pin, then re-exec, so all of JAX starts on one CPU.
+        os.sched_setaffinity(0, {args.pin_cpu})
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     base = jre.load_config(CONFIG)
     steps_per_epoch = base.env.num_envs * base.algo.num_steps
     overrides = [
@@ -299,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         f"PPO CartPole-v1, {cfg.env.num_envs} envs x {cfg.algo.num_steps} steps, "
         f"{cfg.algo.update_epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
         f"{'x'.join(map(str, cfg.algo.hidden_sizes))} MLP; {args.epochs} epochs = {env_steps:,} "
-        f"env steps per run; {args.repeats} alternating repeats; nan_guard={cfg.nan_guard}"
+        f"env steps per run; {args.repeats} alternating repeats; nan_guard={cfg.nan_guard}; "
+        f"CPUs used: {sorted(os.sched_getaffinity(0))}"
     )
     print()
     print(
