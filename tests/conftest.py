@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import jaxrl_engine as jre
@@ -27,3 +33,19 @@ def small_config(*overrides: str, tmp_path=None) -> jre.Config:
 @pytest.fixture
 def small_cfg(tmp_path) -> jre.Config:
     return small_config(tmp_path=tmp_path)
+
+
+def run_on_four_devices(script: str, *args: str) -> dict:
+    """Run `script` in a fresh Python with 4 forced CPU devices (XLA_FLAGS must be set before
+    JAX starts) from the repository root; return the JSON object it printed last."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

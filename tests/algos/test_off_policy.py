@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+from tests.conftest import run_on_four_devices
 
 SMALL = {
     "dqn": ["algo.name=dqn", "env.id=CartPole-v1"],
@@ -205,17 +204,7 @@ DATA_PARALLEL = textwrap.dedent(
 
 @pytest.mark.multidevice
 def test_replay_buffer_is_sharded_over_data_and_matches_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    proc = subprocess.run(
-        [sys.executable, "-c", DATA_PARALLEL],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_on_four_devices(DATA_PARALLEL)
     one, four = out["1"], out["4"]
     assert four["buffer_spec"] == "P(None, 'data')" and four["buffer_devices"] == 4
     assert abs(one["loss"] - four["loss"]) <= 1e-4 * max(1.0, abs(one["loss"]))

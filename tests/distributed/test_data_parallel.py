@@ -4,13 +4,11 @@ before JAX starts)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.conftest import run_on_four_devices
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,16 +42,7 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.multidevice
 @pytest.mark.parametrize("offload", ["false", "true"])
 def test_four_devices_shard_the_env_batch_and_match_one_device(offload):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.replace("OFFLOAD", offload)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_on_four_devices(SCRIPT.replace("OFFLOAD", offload))
     one, four = out["1"], out["4"]
     assert four["obs_devices"] == 4 and four["obs_spec"] == "P('data',)"
     assert four["buffer_spec"] == "P(None, 'data')"

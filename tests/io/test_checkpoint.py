@@ -4,11 +4,7 @@ of another config are refused with one message."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,7 +16,7 @@ import jaxrl_engine as jre
 from jaxrl_engine.core.engine import OFFLOADED_BETWEEN_EPOCHS
 from jaxrl_engine.core.hooks import get_path
 from jaxrl_engine.io.checkpoint import TMP_SUFFIX, Checkpointer, CheckpointError
-from tests.conftest import small_config
+from tests.conftest import run_on_four_devices, small_config
 
 
 def leaves_bytes(state) -> list[tuple[str, bytes]]:
@@ -293,16 +289,7 @@ SHARDED = textwrap.dedent(
 @pytest.mark.multidevice
 @pytest.mark.parametrize("offload", ["false", "true"])
 def test_sharded_state_on_four_devices_restores_onto_the_same_shardings(tmp_path, offload):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SHARDED, str(tmp_path / "checkpoints"), offload],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_on_four_devices(SHARDED, str(tmp_path / "checkpoints"), offload)
     assert out == {
         "equal": True,
         "placed": True,
