@@ -3,8 +3,10 @@
 Three ways to train the same PPO (configs/ppo_cartpole.yaml: CartPole-v1, 16 envs x 128 steps,
 4 epochs x 4 minibatches, 64x64 tanh MLPs, lr 5e-4 annealed, ...) for the same number of epochs:
 
-  engine-a  the driver's way: `engine.epoch` (jitted, donated state) from a Python loop over
-            epochs, blocking once at the end;
+  engine-a  the driver's way: `engine.epochs(state, 10)` (jitted, donated state; a compiled
+            loop over the fused epoch, 10 = the default `eval.interval`, as `engine.run` calls
+            it between two evaluations) from a Python loop, blocking once at the end; the
+            evaluations the driver would add are left out, as the fused loop has none;
   engine-b  `jax.jit(jre.make_train(cfg))`: the whole training as one compiled function (it
             evaluates once, after the last epoch: `eval.interval` is set to the epoch count);
   fused     a PureJaxRL-style `train(key)` written here, independently of the engine: gymnax
@@ -12,8 +14,9 @@ Three ways to train the same PPO (configs/ppo_cartpole.yaml: CartPole-v1, 16 env
             epochs x minibatches), same network, loss, GAE (truncated steps bootstrap from
             `info["final_observation"]`), optimizer and hyperparameters.
 
-An extra row, "engine-a, nan_guard=false", runs the same driver loop without the NaN/Inf
-guard hook (informational, not gated; `--no-guard-row` skips it).
+Two extra rows, informational and not gated: "engine, 1 epoch per call" (`engine.epoch` from a
+Python loop: what dispatching every epoch costs) and "engine-a, nan_guard=false" (the driver's
+loop without the NaN/Inf guard hook; `--no-guard-row` skips it).
 
 Compilation happens first and is reported separately; then the three run alternately
 (a, [a without guard,] b, fused, a, ...) `--repeats` times in this one process, and the median env
@@ -44,6 +47,7 @@ import jaxrl_engine as jre
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
 THRESHOLD = 0.97
 NO_GUARD = "engine-a, nan_guard=false"
+PER_EPOCH = "engine, 1 epoch per call"
 
 
 # ----------------------------------------------------------------------------- hand-fused PPO
@@ -222,13 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, *sys.argv])
     base = jre.load_config(CONFIG)
     steps_per_epoch = base.env.num_envs * base.algo.num_steps
-    overrides = [
-        f"total_env_steps={args.epochs * steps_per_epoch}",
-        f"eval.interval={args.epochs}",
-        "progress=false",
-        *args.override,
-    ]
-    cfg = jre.load_config(CONFIG, overrides=overrides)
+    overrides = [f"total_env_steps={args.epochs * steps_per_epoch}", "progress=false"]
+    cfg = jre.load_config(CONFIG, overrides=[*overrides, *args.override])
+    # make_train evaluates every eval.interval epochs: once, at the end, for engine-b.
+    cfg_b = jre.load_config(
+        CONFIG, overrides=[*overrides, f"eval.interval={args.epochs}", *args.override]
+    )
     env_steps = args.epochs * steps_per_epoch
     key = jax.random.key(args.seed)
     jax.block_until_ready(jax.jit(lambda x: x + 1)(1))  # JAX start-up outside every timing
@@ -237,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     engine = jre.build(cfg)
     assert engine.num_epochs == args.epochs, (engine.num_epochs, args.epochs)
     state = engine.init(key)
-    engine.warm_up(state, phases=["epoch", "evaluate"])
-    compile_s = {"engine-a": engine.compile_report["epoch"]["compile_s"]}
+    engine.warm_up(state, phases=["epochs", "epoch", "evaluate"])
+    chunk = engine.epochs_per_call
+    compile_s = {
+        "engine-a": engine.compile_report["epochs"]["compile_s"],
+        PER_EPOCH: engine.compile_report["epoch"]["compile_s"],
+    }
 
-    train_b = jre.make_train(cfg)
+    train_b = jre.make_train(cfg_b)
     start = time.perf_counter()
     compiled_b = jax.jit(train_b).lower(key).compile()
     compile_s["engine-b"] = time.perf_counter() - start
@@ -255,19 +262,32 @@ def main(argv: list[str] | None = None) -> int:
             s = eng.init(k)
             jax.block_until_ready(s)
             start = time.perf_counter()
-            for _ in range(args.epochs):
-                s, metrics = eng.call("epoch", s)
+            done = 0
+            while done < args.epochs:
+                n = min(chunk, args.epochs - done)
+                s, metrics, ran = eng.call("epochs", s, n)
+                done += n
             jax.block_until_ready((s, metrics))
+            assert int(ran) == n and int(s.counters.epoch) == args.epochs
             return time.perf_counter() - start, s
 
         return run
 
-    runners = {"engine-a": driver_loop(engine)}
+    def per_epoch_loop(k):
+        s = engine.init(k)
+        jax.block_until_ready(s)
+        start = time.perf_counter()
+        for _ in range(args.epochs):
+            s, metrics = engine.call("epoch", s)
+        jax.block_until_ready((s, metrics))
+        return time.perf_counter() - start, s
+
+    runners = {"engine-a": driver_loop(engine), PER_EPOCH: per_epoch_loop}
     if cfg.nan_guard and not args.no_guard_row:
         # The same driver loop without the nan_guard hook, to size that hook's cost.
         unguarded = jre.build(cfg.model_copy(update={"nan_guard": False}))
-        unguarded.warm_up(unguarded.init(key), phases=["epoch"])
-        compile_s[NO_GUARD] = unguarded.compile_report["epoch"]["compile_s"]
+        unguarded.warm_up(unguarded.init(key), phases=["epochs"])
+        compile_s[NO_GUARD] = unguarded.compile_report["epochs"]["compile_s"]
         runners[NO_GUARD] = driver_loop(unguarded)
     runners |= {
         "engine-b": lambda k: _timed(lambda: compiled_b(k)),
@@ -292,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     actor_params = {
         name: {"params": out.train.params["params"]["MLP_0"]}
         for name, out in last.items()
-        if name.startswith("engine-a")
+        if name not in ("engine-b", "fused")
     }
     actor_params["engine-b"] = {"params": last["engine-b"][0].train.params["params"]["MLP_0"]}
     actor_params["fused"] = last["fused"][0][0]["actor"]
@@ -314,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         f"PPO CartPole-v1, {cfg.env.num_envs} envs x {cfg.algo.num_steps} steps, "
         f"{cfg.algo.update_epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
         f"{'x'.join(map(str, cfg.algo.hidden_sizes))} MLP; {args.epochs} epochs = {env_steps:,} "
-        f"env steps per run; {args.repeats} alternating repeats; nan_guard={cfg.nan_guard}; "
+        f"env steps per run; engine-a: {chunk} epochs per call; {args.repeats} alternating "
+        f"repeats; nan_guard={cfg.nan_guard}; "
         f"CPUs used: {sorted(os.sched_getaffinity(0))}"
     )
     print()

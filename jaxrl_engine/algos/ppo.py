@@ -254,13 +254,18 @@ class PPO:
         )
         grad_fn = jax.grad(self._loss, has_aux=True)
 
+        names: list[str] = []  # the metrics' order in the stacked vector (set when traced)
+
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, metrics = grad_fn(params, batch.obs_norm, mb)
             updates, opt_state = self.optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics["train/grad_norm"] = optax.tree.norm(grads)
-            return (params, opt_state), metrics
+            names[:] = sorted(metrics)
+            # One stacked vector, not one scan output per metric: on CPU every output of the
+            # loop body is an update per step.
+            return (params, opt_state), jnp.stack([metrics[k] for k in names])
 
         def update_epoch(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, T * N)
@@ -275,5 +280,6 @@ class PPO:
             (train_state.params, train_state.opt_state),
             jax.random.split(key, cfg.update_epochs),
         )
-        metrics = jax.tree.map(jnp.mean, metrics)
+        means = metrics.reshape((-1, len(names))).mean(axis=0)
+        metrics = {name: means[i] for i, name in enumerate(names)}
         return train_state.replace(params=params, opt_state=opt_state), metrics

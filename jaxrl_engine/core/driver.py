@@ -2,12 +2,15 @@
 checkpoints, interruption and resume.
 
 Host hooks live here (timing, logging, progress, checkpointing); traced hooks are already inside
-the phases. By default each epoch is ONE compiled call; `profile: true` runs the four phases as
-separate compiled calls so each gets its own timer (same results, see tests/core/test_driver.py).
+the phases. By default the epochs up to the next evaluation or checkpoint (at most
+`engine.epochs_per_call`) are ONE compiled call (`engine.epochs`, a loop over the fused epoch,
+as Brax trains between evaluations); their per-epoch metrics come back stacked, in one transfer.
+`profile: true` runs the four phases of each epoch as separate compiled calls so each gets its
+own timer (same results, see tests/core/test_driver.py).
 
 A run survives: a full-state checkpoint every `save_interval` epochs and after the last
-(`jaxrl_engine.io.checkpoint`); SIGINT/SIGTERM finish the current epoch, checkpoint, write the
-summary and raise `TrainingInterrupted` (a second signal kills the process at once: every file
+(`jaxrl_engine.io.checkpoint`); SIGINT/SIGTERM finish the current call (at most
+`epochs_per_call` epochs, up to the next evaluation), checkpoint, write the summary and raise `TrainingInterrupted` (a second signal kills the process at once: every file
 is written atomically, so nothing is left half-written); a non-finite value stops the run with
 `NonFiniteError`, writes the failing batch to the run directory and leaves the checkpoints as
 they were. `resume(run_dir)` continues from the latest checkpoint.
@@ -183,6 +186,14 @@ def _write_failing_batch(
     return target
 
 
+def _epochs_to_boundary(done: int, total: int, eval_interval: int, save_interval: int) -> int:
+    """Epochs from `done` to the next evaluation, checkpoint or the end (whichever is first)."""
+    boundaries = [total, (done // eval_interval + 1) * eval_interval]
+    if save_interval:
+        boundaries.append((done // save_interval + 1) * save_interval)
+    return min(boundaries) - done
+
+
 def run(
     engine: Engine,
     state: EngineState,
@@ -214,7 +225,7 @@ def run(
     try:
         checkpoints = _open_checkpoints(engine, out, first)
         metrics_lines = out.keep_metrics_through(first)
-        needed = [*EPOCH_PHASES, "evaluate"] if cfg.profile else ["epoch", "evaluate"]
+        needed = [*EPOCH_PHASES, "evaluate"] if cfg.profile else ["epochs", "evaluate"]
         missing = [name for name in needed if name not in engine._compiled]
         if missing:
             state = engine.warm_up(state, phases=missing)
@@ -264,54 +275,68 @@ def run(
 
         with _stop_on_signals() as stop, _progress(show) as bar:
             task = bar.add_task(cfg.name, total=total, completed=first, rate="-", eval="-")
-            for epoch in range(first, total):
-                if cfg.profile:
-                    metrics: dict[str, Any] = {}
+            while done < total:
+                chunk_start = done
+                n = _epochs_to_boundary(done, total, cfg.eval.interval, cfg.save_interval)
+                if cfg.profile:  # one epoch, each phase its own timed call
+                    n, metrics = 1, {}
                     for name in EPOCH_PHASES:
                         state, m = engine.timed_call(name, state)
                         metrics.update(m)
                     state = jax.device_put(state, engine.state_sharding)
+                    rows = [metrics]
                 else:
-                    state, metrics = engine.timed_call("epoch", state)
-                done = epoch + 1
-                if done % cfg.eval.interval == 0 or done == total:
+                    n = min(n, engine.epochs_per_call)
+                    start = time.perf_counter()
+                    state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
+                    ran = int(ran)
+                    engine.timer.record("epoch", time.perf_counter() - start, count=ran)
+                    table = jax.device_get(table)
+                    rows = [{k: v[i] for k, v in table.items()} for i in range(ran)]
+                done = chunk_start + len(rows)
+                if len(rows) == n and (done % cfg.eval.interval == 0 or done == total):
                     state, eval_metrics = engine.timed_call("evaluate", state)
-                    metrics = {**metrics, **eval_metrics}
-                metrics = jax.device_get(metrics)
-                try:
-                    check_guards(metrics, engine.guarded_names, done)
-                except NonFiniteError as e:
-                    batch = _write_failing_batch(out, state, metrics, done)
-                    done -= 1  # the failing epoch does not count
-                    summary = summarize("non_finite", error=str(e), failing_batch=str(batch))
-                    last_good = summary["checkpoint"]
-                    e.add_note(
-                        f"failing batch: {batch}; last good checkpoint: {last_good} "
-                        "(left as it was)"
+                    rows[-1] = {**rows[-1], **jax.device_get(eval_metrics)}
+                wall_s = time.perf_counter() - wall_start
+                for i, metrics in enumerate(rows):
+                    epoch = chunk_start + i + 1
+                    try:
+                        check_guards(metrics, engine.guarded_names, epoch)
+                    except NonFiniteError as e:
+                        # The compiled loop stopped after this epoch: `state` is its state.
+                        batch = _write_failing_batch(out, state, metrics, epoch)
+                        done = epoch - 1  # the failing epoch does not count
+                        summary = summarize("non_finite", error=str(e), failing_batch=str(batch))
+                        last_good = summary["checkpoint"]
+                        e.add_note(
+                            f"failing batch: {batch}; last good checkpoint: {last_good} "
+                            "(left as it was)"
+                        )
+                        raise
+                    record = {
+                        "epoch": epoch,
+                        "env_steps": epoch * engine.steps_per_epoch,
+                        "wall_s": wall_s,
+                        **{
+                            k: float(np.asarray(v))
+                            for k, v in metrics.items()
+                            if not k.startswith("guard/")
+                        },
+                    }
+                    if "evaluate/episode_return" in record:
+                        final_eval = record["evaluate/episode_return"]
+                    metrics_lines.append(out.log(record))
+                    history.append(record)
+                    boundary = cfg.save_interval and (
+                        done % cfg.save_interval == 0 or done == total
                     )
-                    raise
+                    if epoch == done and boundary:
+                        saved, saved_epoch = save(), done
+                    if on_epoch is not None:
+                        on_epoch(record)
                 elapsed = time.perf_counter() - train_start
-                env_steps = done * engine.steps_per_epoch
-                record = {
-                    "epoch": done,
-                    "env_steps": env_steps,
-                    "wall_s": time.perf_counter() - wall_start,
-                    **{
-                        k: float(np.asarray(v))
-                        for k, v in metrics.items()
-                        if not k.startswith("guard/")
-                    },
-                }
-                if "evaluate/episode_return" in record:
-                    final_eval = record["evaluate/episode_return"]
-                metrics_lines.append(out.log(record))
-                history.append(record)
-                if cfg.save_interval and (done % cfg.save_interval == 0 or done == total):
-                    saved, saved_epoch = save(), done
-                rate = (env_steps - first * engine.steps_per_epoch) / max(elapsed, 1e-9)
+                rate = (done - first) * engine.steps_per_epoch / max(elapsed, 1e-9)
                 bar.update(task, completed=done, rate=f"{rate:,.0f}", eval=f"{final_eval:.1f}")
-                if on_epoch is not None:
-                    on_epoch(record)
                 if stop.signame is not None and done < total:
                     if cfg.save_interval and saved_epoch != done:
                         saved, saved_epoch = save(), done

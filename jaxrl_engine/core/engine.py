@@ -49,6 +49,10 @@ PHASES = ("rollout", "evaluate", "update_dataset", "train", "sync_weights")
 EPOCH_PHASES = ("rollout", "update_dataset", "train", "sync_weights")
 EVAL_STREAM = 0x0E7A1  # fold_in constant: evaluation never advances the training key
 
+# The driver runs the epochs between two evaluations (or checkpoints) as one compiled call, as
+# Brax's training loop does; at most this many, so progress and Ctrl-C stay responsive.
+MAX_EPOCHS_PER_CALL = 64
+
 # RLightning's `enable_offload` placement. Gradients live only inside `train`'s scan here, so
 # "params and grads offloaded after sync" is params (and optimizer state) after sync.
 OFFLOAD_PLACEMENT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -64,6 +68,45 @@ OFFLOADED_BETWEEN_EPOCHS = ("eval_params", "train.params", "train.opt_state")
 GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
 # NaN by meaning until the first episode ends (not an error).
 MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
+
+
+def episode_stats(
+    stats: EpisodeStats, reward: jax.Array, done: jax.Array
+) -> tuple[EpisodeStats, Metrics]:
+    """Advance the running episode statistics over a rollout's `[T, N]` rewards and ends.
+
+    Vectorised, no loop: per env, the returns of the episodes that ended in the rollout sum to
+    the carried-in return plus the reward up to its last end (the sums between ends telescope);
+    likewise their lengths. What follows the last end is carried out.
+    """
+    T = reward.shape[0]
+    last = jnp.max(jnp.where(done, jnp.arange(T)[:, None], -1), axis=0)  # [N], -1: no end
+    ended = last >= 0
+    cumulative = jnp.cumsum(reward, axis=0)
+    upto_last = jnp.take_along_axis(cumulative, jnp.maximum(last, 0)[None], axis=0)[0]
+    count = done.sum(dtype=jnp.int32)
+    total = jnp.where(ended, stats.current_return + upto_last, 0.0).sum()
+    length_total = jnp.where(ended, stats.current_length + last + 1, 0).sum()
+    finished = count > 0
+    mean_return = jnp.where(finished, total / jnp.maximum(count, 1), stats.last_return)
+    mean_length = jnp.where(
+        finished, length_total / jnp.maximum(count, 1), stats.last_length
+    ).astype(jnp.float32)
+    new = EpisodeStats(
+        current_return=jnp.where(
+            ended, cumulative[-1] - upto_last, stats.current_return + cumulative[-1]
+        ),
+        current_length=jnp.where(ended, T - 1 - last, stats.current_length + T).astype(jnp.int32),
+        last_return=mean_return,
+        last_length=mean_length,
+        episodes=stats.episodes + count,
+    )
+    return new, {
+        "rollout/episode_return": mean_return,
+        "rollout/episode_length": mean_length,
+        "rollout/episodes": count,
+        "rollout/reward_mean": reward.mean(),
+    }
 
 
 class ShapeMismatchError(ValueError):
@@ -159,6 +202,14 @@ class Engine:
             in_shardings=(self.state_sharding,),
             out_shardings=(self.state_sharding, None),
         )
+        # Several epochs per compiled call (the driver's default; see `pure_epochs`).
+        self.epochs_per_call = max(1, min(cfg.eval.interval, self.num_epochs, MAX_EPOCHS_PER_CALL))
+        self.epochs = jax.jit(
+            self.pure_epochs,
+            donate_argnums=() if cfg.offload else 0,
+            in_shardings=(self.state_sharding, None),
+            out_shardings=(self.state_sharding, None, None),
+        )
         # Memory kinds are applied by device_put after init: XLA may hand two equal outputs
         # (train params and their acting copy) one buffer, which a host out_sharding rejects.
         self._init_jit = jax.jit(
@@ -174,7 +225,8 @@ class Engine:
             jax.random.split(k_env, self.num_envs), self.env_params
         )
         env = EnvCarry(state=env_state, obs=obs, done=jnp.zeros((self.num_envs,), bool))
-        trajectory = jax.eval_shape(lambda: self._collect(acting, env, k_run)[1])
+        stats = EpisodeStats.zeros(self.num_envs)
+        trajectory = jax.eval_shape(lambda: self._collect(acting, env, stats, k_run)[2])
         buffer = self.algo.init_buffer(
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory)
         )
@@ -191,7 +243,7 @@ class Engine:
             batch=batch,
             rng=k_run,
             counters=Counters.zeros(),
-            stats=EpisodeStats.zeros(self.num_envs),
+            stats=stats,
         )
 
     def init_pure(self, key: jax.Array) -> EngineState:
@@ -207,21 +259,27 @@ class Engine:
         return jax.device_put(state, self.state_sharding) if self.cfg.offload else state
 
     # ---------------------------------------------------------------- phases
-    def _collect(self, params: Any, env: EnvCarry, key: jax.Array):
-        """`num_steps` of (policy step, env step), vmapped over envs; returns the trajectory."""
+    def _collect(self, params: Any, env: EnvCarry, stats: EpisodeStats, key: jax.Array):
+        """`num_steps` of (policy step, env step), vmapped over envs.
+
+        Returns (env, stats, trajectory, metrics). The scan carries only the env state and the
+        observation: on CPU each operation in the loop body costs a dispatch per step, so the
+        episode statistics are computed after it, vectorised over the trajectory.
+        """
         step_env = jax.vmap(self.env.step, (0, 0, 0, None))
 
-        def step(env: EnvCarry, key: jax.Array):
+        def step(carry, key: jax.Array):
+            env_state, last_obs = carry
             k_act, k_env = jax.random.split(key)
-            action, extras = self.algo.act(params, env.obs, k_act, False)
+            action, extras = self.algo.act(params, last_obs, k_act, False)
             obs, env_state, reward, terminated, truncated, info = step_env(
                 jax.random.split(k_env, self.num_envs),
-                env.state,
+                env_state,
                 self.spec.action.clip(action),
                 self.env_params,
             )
             transition = Transition(
-                obs=env.obs,
+                obs=last_obs,
                 action=action,
                 reward=reward.astype(jnp.float32),
                 terminated=terminated,
@@ -229,45 +287,18 @@ class Engine:
                 next_obs=info["final_observation"],
                 extras=extras,
             )
-            return EnvCarry(env_state, obs, terminated | truncated), transition
+            return (env_state, obs), transition
 
         keys = jax.random.split(key, self.cfg.algo.num_steps)
-        env, trajectory = jax.lax.scan(step, env, keys)
-        return env, self.algo.complete_trajectory(params, trajectory)
+        (env_state, obs), trajectory = jax.lax.scan(step, (env.state, env.obs), keys)
+        done = trajectory.terminated | trajectory.truncated  # [T, N]
+        stats, metrics = episode_stats(stats, trajectory.reward, done)
+        env = EnvCarry(env_state, obs, done[-1])
+        return env, stats, self.algo.complete_trajectory(params, trajectory), metrics
 
     def _rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
         rng, key = jax.random.split(state.rng)
-        env, traj = self._collect(state.eval_params, state.env, key)
-        stats = state.stats
-        done = traj.terminated | traj.truncated  # [T, N]
-
-        def accumulate(carry, x):
-            ret, length, total, count = carry
-            reward, d = x
-            ret, length = ret + reward, length + 1
-            total = total + jnp.where(d, ret, 0.0).sum()
-            count = count + d.sum()
-            return (jnp.where(d, 0.0, ret), jnp.where(d, 0, length), total, count), jnp.where(
-                d, length, 0
-            ).sum()
-
-        (ret, length, total, count), lengths = jax.lax.scan(
-            accumulate,
-            (stats.current_return, stats.current_length, jnp.float32(0), jnp.int32(0)),
-            (traj.reward, done),
-        )
-        finished = count > 0
-        mean_return = jnp.where(finished, total / jnp.maximum(count, 1), stats.last_return)
-        mean_length = jnp.where(
-            finished, lengths.sum() / jnp.maximum(count, 1), stats.last_length
-        ).astype(jnp.float32)
-        stats = EpisodeStats(
-            current_return=ret,
-            current_length=length,
-            last_return=mean_return,
-            last_length=mean_length,
-            episodes=stats.episodes + count,
-        )
+        env, stats, traj, metrics = self._collect(state.eval_params, state.env, state.stats, key)
         state = state.replace(
             env=env,
             buffer=self.algo.add_to_buffer(state.buffer, traj),
@@ -277,12 +308,7 @@ class Engine:
                 env_steps=state.counters.env_steps + self.steps_per_epoch
             ),
         )
-        return state, {
-            "rollout/episode_return": mean_return,
-            "rollout/episode_length": mean_length,
-            "rollout/episodes": count,
-            "rollout/reward_mean": traj.reward.mean(),
-        }
+        return state, metrics
 
     def _evaluate(self, state: EngineState) -> tuple[EngineState, Metrics]:
         """Deterministic actions on fresh eval envs (own env params); state is not advanced."""
@@ -348,6 +374,38 @@ class Engine:
             metrics.update(m)
         return state, metrics
 
+    def pure_epochs(
+        self, state: EngineState, n: jax.Array
+    ) -> tuple[EngineState, Metrics, jax.Array]:
+        """Up to `n` (traced, <= `epochs_per_call`) epochs in one loop: (state, metrics, done).
+
+        metrics: each epoch's metrics in a row of `[epochs_per_call, ...]` arrays (rows from
+        `done` on are zeros). The loop stops early after an epoch whose `nan_guard` fired, so
+        the state is the one after the failing epoch, as with one call per epoch. One compiled
+        function serves every `n`: the driver's chunks (up to the next evaluation, checkpoint
+        or the end) never recompile.
+        """
+        rows = self.epochs_per_call
+        shapes = jax.eval_shape(self.pure_epoch, state)[1]
+        table = {k: jnp.zeros((rows, *v.shape), v.dtype) for k, v in shapes.items()}
+        guards = [k for k in shapes if k.startswith("guard/")]
+
+        def keep_going(carry):
+            i, _, _, fired = carry
+            return (i < jnp.minimum(n, rows)) & ~fired
+
+        def one_epoch(carry):
+            i, state, table, _ = carry
+            state, metrics = self.pure_epoch(state)
+            table = {k: table[k].at[i].set(metrics[k]) for k in table}
+            fired = jnp.any(jnp.stack([metrics[k] >= 0 for k in guards])) if guards else False
+            return i + 1, state, table, jnp.asarray(fired)
+
+        done, state, table, _ = jax.lax.while_loop(
+            keep_going, one_epoch, (jnp.int32(0), state, table, jnp.bool_(False))
+        )
+        return state, table, done
+
     # ------------------------------------------------------------- compiled
     @functools.cached_property
     def guarded_names(self) -> dict[str, list[str]]:
@@ -366,11 +424,11 @@ class Engine:
     def warm_up(self, state: EngineState, phases: Sequence[str] | None = None) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.
 
-        phases: what to compile (default: the five phases and "epoch"); the driver asks only for
-        what it will run. Records compile seconds and XLA's cost/memory analysis in
+        phases: what to compile (default: the five phases, "epoch" and "epochs"); the driver asks
+        only for what it will run. Records compile seconds and XLA's cost/memory analysis in
         `self.compile_report`. The state is returned untouched (nothing runs, nothing to reseed).
         """
-        wanted = set(phases) if phases is not None else {*PHASES, "epoch"}
+        wanted = set(phases) if phases is not None else {*PHASES, "epoch", "epochs"}
         self.check_shapes(state)
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
@@ -382,12 +440,14 @@ class Engine:
         for name, fn in (("evaluate", self.evaluate), ("epoch", self.epoch)):
             if name in wanted:
                 self._compile(name, fn, boundary)
+        if "epochs" in wanted:
+            self._compile("epochs", self.epochs, boundary, jax.ShapeDtypeStruct((), jnp.int32))
         return state
 
-    def _compile(self, name: str, fn: Any, arg: Any) -> Any:
+    def _compile(self, name: str, fn: Any, *args: Any) -> Any:
         start = time.perf_counter()
         try:
-            compiled = fn.lower(arg).compile()
+            compiled = fn.lower(*args).compile()
         except Exception as e:
             raise ShapeMismatchError(f"warm_up: phase '{name}' failed to compile: {e}") from e
         cost = compiled.cost_analysis() or {}
@@ -436,13 +496,16 @@ class Engine:
                 f"but the env takes {want} (num_envs, *action_shape)"
             )
 
-    def call(self, name: str, state: EngineState) -> tuple[EngineState, Metrics]:
-        """Run one compiled phase (or 'epoch'); uses warm_up's executable when there is one."""
-        fn = self._compiled.get(name) or (self.epoch if name == "epoch" else getattr(self, name))
-        return fn(state)
+    def call(self, name: str, state: EngineState, *args: Any) -> Any:
+        """Run one compiled phase, 'epoch' or 'epochs' (`call("epochs", state, n)`); uses
+        warm_up's executable when there is one."""
+        fn = self._compiled.get(name) or getattr(self, name)
+        if name == "epochs":
+            args = tuple(jnp.asarray(a, jnp.int32) for a in args)
+        return fn(state, *args)
 
-    def timed_call(self, name: str, state: EngineState) -> tuple[EngineState, Metrics]:
-        return timed(name, self.timer)(lambda s: self.call(name, s))(state)
+    def timed_call(self, name: str, state: EngineState, *args: Any) -> Any:
+        return timed(name, self.timer)(lambda s: self.call(name, s, *args))(state)
 
     def timing_summary(self, echo: bool = True) -> str:
         """RLightning's `print_timing_summary`: count, total and average per phase."""

@@ -198,19 +198,26 @@ def every(n: int, hook: Hook) -> Hook:
 
 
 class Timer:
-    """Count, total and average seconds per phase (host side)."""
+    """Count, total and average seconds per phase (host side).
+
+    `record(name, seconds, count)` books one measurement that covered `count` runs of the phase
+    (the driver times several epochs per compiled call); the average is per run.
+    """
 
     def __init__(self) -> None:
-        self.records: dict[str, list[float]] = {}
+        self.records: dict[str, list[tuple[float, int]]] = {}
 
-    def record(self, name: str, seconds: float) -> None:
-        self.records.setdefault(name, []).append(seconds)
+    def record(self, name: str, seconds: float, count: int = 1) -> None:
+        if count > 0:
+            self.records.setdefault(name, []).append((seconds, count))
 
     def summary(self) -> dict[str, dict[str, float]]:
-        return {
-            name: {"count": len(t), "total_s": float(sum(t)), "avg_s": float(sum(t) / len(t))}
-            for name, t in self.records.items()
-        }
+        out = {}
+        for name, records in self.records.items():
+            total = float(sum(s for s, _ in records))
+            count = sum(c for _, c in records)
+            out[name] = {"count": count, "total_s": total, "avg_s": total / count}
+        return out
 
     def table(self) -> str:
         rows = self.summary()

@@ -85,3 +85,57 @@ def test_profile_mode_gives_the_fused_result_and_times_each_phase(tmp_path):
     }
     for r in profile_engine.timer.summary().values():
         assert r["total_s"] > 0 and r["avg_s"] == r["total_s"] / r["count"]
+
+
+def test_several_epochs_per_call_equal_one_call_per_epoch():
+    """`engine.epochs(state, n)` (what the driver runs between evaluations) is n fused epochs:
+    same state and the same per-epoch metrics, row by row; `n` below the table size is fine."""
+    engine = jre.build(small_config("eval.interval=4"))  # 4 epochs, all in one call
+    assert engine.epochs_per_call == 4
+    state = engine.init(jax.random.key(5))
+    singles = []
+    one = state
+    for _ in range(3):
+        one, metrics = engine.epoch(one)
+        singles.append(jax.device_get(metrics))
+
+    state = engine.init(jax.random.key(5))
+    several, table, ran = engine.call("epochs", state, 3)
+    assert int(ran) == 3 and int(several.counters.epoch) == 3
+    for a, b in zip(
+        jax.tree.leaves(key_data(one)), jax.tree.leaves(key_data(several)), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    table = jax.device_get(table)
+    assert set(table) == set(singles[0])
+    for name, rows in table.items():
+        assert rows.shape[0] == 4  # epochs_per_call rows; the 4th was not run
+        np.testing.assert_allclose(
+            rows[:3], [m[name] for m in singles], rtol=1e-5, atol=1e-6, err_msg=name
+        )
+
+
+def test_the_driver_calls_once_per_evaluation_interval(tmp_path):
+    cfg = small_config("total_env_steps=640", "eval.interval=4", tmp_path=tmp_path)  # 10 epochs
+    engine = jre.build(cfg)
+    calls = []
+    compiled = engine.call
+
+    def counting(name, state, *args):
+        calls.append((name, *map(int, args)))
+        return compiled(name, state, *args)
+
+    engine.call = counting  # type: ignore[method-assign]
+    state, history = engine.run(engine.init(jax.random.key(0)))
+    # Chunks end at evaluations (4, 8) and at the end (10).
+    assert calls == [
+        ("epochs", 4),
+        ("evaluate",),
+        ("epochs", 4),
+        ("evaluate",),
+        ("epochs", 2),
+        ("evaluate",),
+    ]
+    assert [r["epoch"] for r in history] == list(range(1, 11))
+    assert int(state.counters.epoch) == 10
+    assert engine.timer.summary()["epoch"]["count"] == 10

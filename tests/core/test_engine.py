@@ -136,6 +136,7 @@ def test_warm_up_compiles_every_phase_and_reports_costs(small_cfg):
         "train",
         "sync_weights",
         "epoch",
+        "epochs",
     }
     assert all(r["compile_s"] > 0 for r in engine.compile_report.values())
     assert engine.compile_report["train"]["flops"] > 0
@@ -171,3 +172,39 @@ def test_continuous_ppo_epoch_runs(tmp_path):
     state, metrics = engine.epoch(engine.init(jax.random.key(0)))
     assert np.isfinite(float(metrics["train/loss"]))
     assert float(state.train.obs_norm.count) > 1
+
+
+def test_episode_stats_match_a_step_by_step_count():
+    """The vectorised statistics equal a plain loop over steps (episodes spanning rollouts,
+    several ends per env in one rollout, envs with no end)."""
+    from jaxrl_engine.core.engine import episode_stats
+    from jaxrl_engine.core.state import EpisodeStats
+
+    rng = np.random.default_rng(0)
+    T, N = 12, 5
+    stats = EpisodeStats.zeros(N)
+    ret, length = np.zeros(N, np.float32), np.zeros(N, np.int64)
+    for _ in range(4):
+        reward = rng.uniform(-1, 2, (T, N)).astype(np.float32)
+        done = rng.uniform(size=(T, N)) < 0.2
+        done[:, 0] = False  # env 0 never ends
+        done[[2, 3, 9], 1] = True  # env 1 ends three times, once on consecutive steps
+        ended_returns, ended_lengths = [], []
+        for t in range(T):
+            ret, length = ret + reward[t], length + 1
+            for n in np.flatnonzero(done[t]):
+                ended_returns.append(ret[n])
+                ended_lengths.append(length[n])
+            ret, length = np.where(done[t], 0.0, ret), np.where(done[t], 0, length)
+        previous = stats
+        stats, metrics = episode_stats(stats, jnp.asarray(reward), jnp.asarray(done))
+        np.testing.assert_allclose(stats.current_return, ret, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(stats.current_length, length)
+        assert int(metrics["rollout/episodes"]) == len(ended_returns) == int(done.sum())
+        assert int(stats.episodes) == int(previous.episodes) + len(ended_returns)
+        np.testing.assert_allclose(metrics["rollout/episode_return"], np.mean(ended_returns), 1e-5)
+        np.testing.assert_allclose(metrics["rollout/episode_length"], np.mean(ended_lengths))
+    # A rollout in which no episode ends keeps the last means.
+    stats2, metrics = episode_stats(stats, jnp.ones((T, N)), jnp.zeros((T, N), bool))
+    assert float(metrics["rollout/episode_return"]) == float(stats.last_return)
+    np.testing.assert_allclose(stats2.current_return, np.asarray(stats.current_return) + T)

@@ -187,3 +187,15 @@ def test_cli_reports_a_non_finite_stop_with_exit_3_and_the_summary(tmp_path, mon
     assert json.loads(out.strip().splitlines()[-1])["status"] == "non_finite"
     assert err.startswith("jaxrl-engine: non-finite value in phase 'rollout'")
     assert "epoch 3" in err and "nonfinite_epoch_3.npz" in err and "Traceback" not in err
+
+
+def test_several_epochs_per_call_stop_after_the_epoch_whose_guard_fired():
+    """The driver's multi-epoch call ends its loop at a firing nan_guard, so the state it
+    returns (whose batch the driver writes) is the failing epoch's, not a later one's."""
+    cfg = small_config("total_env_steps=384", "eval.interval=6")  # 6 epochs, one call
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=2 * 16))
+    assert engine.epochs_per_call == 6
+    state, table, ran = engine.call("epochs", engine.init(jax.random.key(0)), 6)
+    assert int(ran) == 3 and int(state.counters.epoch) == 3
+    guard = np.asarray(table["guard/rollout"])
+    assert list(guard[:2]) == [-1, -1] and guard[2] >= 0
