@@ -121,13 +121,23 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
     pads on epochs it skips).
     """
 
-    def all_finite(tree: Any) -> jax.Array:
-        leaves = [
-            jnp.all(jnp.isfinite(x))
-            for x in jax.tree.leaves(tree)
-            if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
-        ]
-        return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+    def first_non_finite(values: list[Any]) -> jax.Array:
+        """Index of the first value holding a NaN/Inf, else -1; one check over everything
+        (concatenated), not one reduction per value: the guard runs every epoch."""
+        parts, ends, size = [], [], 0
+        for value in values:
+            for leaf in jax.tree.leaves(value):
+                leaf = jnp.asarray(leaf)
+                if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
+                    parts.append(leaf.ravel())
+                    size += leaf.size
+            ends.append(size)
+        if not parts:
+            return jnp.int32(-1)
+        bad = ~jnp.isfinite(jnp.concatenate(parts))  # promotes to the widest float type
+        first = jnp.argmax(bad)  # the first bad element; its value is the first ending after it
+        index = jnp.searchsorted(jnp.asarray(ends), first, side="right")
+        return jnp.where(bad.any(), index, -1).astype(jnp.int32)
 
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
@@ -135,9 +145,7 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
             names = guarded_quantities(list(metrics), state_paths, skip)
             metric_names = names[: len(names) - len(state_paths)]
             values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
-            ok = jnp.stack([all_finite(v) for v in values]) if values else jnp.ones((0,), bool)
-            first_bad = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)) if len(names) else jnp.int32(-1)
-            return state, {**metrics, guard_key(phase_name): first_bad.astype(jnp.int32)}
+            return state, {**metrics, guard_key(phase_name): first_non_finite(values)}
 
         return wrapped
 

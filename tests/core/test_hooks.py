@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -180,3 +181,35 @@ def test_timing_summary_lists_every_phase(small_cfg, capsys):
         assert row.split()[1] == "1"
     assert engine.timing_summary() == table
     assert capsys.readouterr().out.strip() == table
+
+
+def test_nan_guard_index_names_the_first_non_finite_quantity():
+    """`guard/<phase>` is the index (in `guarded_quantities` order: sorted metrics, then the
+    state paths) of the first quantity holding a NaN/Inf; integer and empty values are skipped."""
+    from jaxrl_engine.core.hooks import guarded_quantities, nan_guard
+    from jaxrl_engine.core.state import Counters
+
+    def phase_with(metrics, obs):
+        def phase(state):
+            return state, metrics
+
+        state = SimpleNamespace(env=SimpleNamespace(obs=obs), counters=Counters.zeros())
+        names = guarded_quantities(list(metrics), ("env.obs",))
+        _, out = nan_guard("p", ("env.obs",))(phase)(state)
+        index = int(out["guard/p"])
+        return names[index] if index >= 0 else None
+
+    finite = jnp.ones((3, 2))
+    metrics = {
+        "a": jnp.float32(1.0),
+        "b": jnp.int32(3),
+        "c": jnp.array([1.0, jnp.nan]),
+        "d": jnp.zeros((0,)),
+        "e": jnp.float32(jnp.inf),
+    }
+    assert phase_with(metrics, finite) == "c"
+    assert phase_with({**metrics, "c": jnp.ones(2)}, finite) == "e"
+    clean = {**metrics, "c": jnp.ones(2), "e": jnp.float32(0.0)}
+    assert phase_with(clean, finite) is None
+    assert phase_with(clean, finite.at[2, 1].set(-jnp.inf)) == "env.obs"
+    assert phase_with({"n": jnp.int32(1)}, finite.astype(jnp.int32)) is None
