@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.networks import MLP
+from jaxrl_engine.algos.networks import MLP, one_key_at_a_time
 from jaxrl_engine.algos.off_policy import OffPolicy, ReplayBatch, Schedule, action_bounds
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.envs.protocol import EnvSpec
@@ -92,8 +92,9 @@ class SAC(OffPolicy):
         obs = jnp.zeros((1, *self.spec.obs_shape), jnp.float32)
         action = jnp.zeros((1, self.action_dim), jnp.float32)
         actor = self.actor.init(k_actor, obs)
-        critic = jax.vmap(self.critic.init, (0, None, None))(
-            jax.random.split(k_critic, 2), obs, action
+        # The twin critics: two inits, one per key, never one batched QR (see one_key_at_a_time).
+        critic = jax.vmap(one_key_at_a_time(lambda k: self.critic.init(k, obs, action)))(
+            jax.random.split(k_critic, 2)
         )
         params = {
             "actor": actor,

@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from jaxrl_engine.algos import make_algorithm
 from jaxrl_engine.algos.base import Algorithm
+from jaxrl_engine.algos.networks import one_key_at_a_time
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.hooks import (
     Hook,
@@ -219,7 +220,7 @@ class Engine:
     # ----------------------------------------------------------------- state
     def _init(self, key: jax.Array) -> EngineState:
         k_algo, k_env, k_run = jax.random.split(key, 3)
-        train_state = self.algo.init(k_algo)
+        train_state = one_key_at_a_time(self.algo.init)(k_algo)
         acting = self.algo.acting_params(train_state)
         obs, env_state = jax.vmap(self.env.reset, (0, None))(
             jax.random.split(k_env, self.num_envs), self.env_params

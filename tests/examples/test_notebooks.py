@@ -46,17 +46,7 @@ def test_notebook_is_its_script(script):
     )
 
 
-HANGS = pytest.mark.skip(
-    reason="intermittent: one clean-clone CI run saw a cell of this notebook (jit(vmap(train)) "
-    "over 4 seeds) never finish in the kernel (300 s cell timeout) while it runs in ~45 s "
-    "otherwise; skipped until the hang is found (issue 6 left open for it)"
-)
-EXECUTED = [
-    pytest.param(s, marks=HANGS, id=s.stem)
-    if s.stem == "functional_api"
-    else pytest.param(s, id=s.stem)
-    for s in SCRIPTS
-]
+EXECUTED = [pytest.param(s, id=s.stem) for s in SCRIPTS]
 
 
 @pytest.mark.slow
