@@ -18,12 +18,12 @@ The asynchronous schedule is configuration, not a second engine:
   exploration schedules (epsilon, random warm-up) are not lagged.
 
 What overlaps, honestly: the engine's epoch is one jitted computation, and its data flow is
-rollout -> add -> sample -> train, so train always waits for the rollout of its epoch. On one
-CPU device nothing of rollout runs concurrently with train inside that computation (XLA's CPU
-runtime may use the cores for the inside of each op, never to run rollout and train side by
-side here). The staleness `sync_every` allows is what a two-device split would need (acting on
-one device while the other learns from the buffer), but that dispatch is not implemented here:
-on the `data` mesh both phases run on every device, one after the other.
+rollout -> add -> sample -> train, so train always waits for the rollout of its epoch; on one
+device nothing of rollout runs side by side with train inside that computation. The actor-learner
+split (`jaxrl_engine.distributed.split.run_split`) runs acting and learning as two compiled
+functions on two devices with one epoch of staleness, so that neither waits for the other's
+current call; `benchmarks/offpolicy_split.py` measures what that gains (on a CPU the two "devices"
+share the same cores; see benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
