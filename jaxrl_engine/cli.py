@@ -120,7 +120,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    import json as json_module
     from pathlib import Path
 
     from jaxrl_engine.export import POLICY_DIR, ExportError, export_from_checkpoint, export_torch
@@ -135,7 +134,7 @@ def _export(args: argparse.Namespace) -> int:
                 f"{args.run} has no exported policy ({policy}/meta.json); "
                 "--checkpoint exports one from the run's latest checkpoint"
             )
-        if json_module.loads((policy / "meta.json").read_text())["torch"] is not None:
+        if json.loads((policy / "meta.json").read_text())["torch"] is not None:
             export_torch(policy)
         else:
             print(

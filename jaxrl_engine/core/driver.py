@@ -10,8 +10,9 @@ own timer (same results, see tests/core/test_driver.py).
 
 A run survives: a full-state checkpoint every `save_interval` epochs and after the last
 (`jaxrl_engine.io.checkpoint`); SIGINT/SIGTERM finish the current call (at most
-`epochs_per_call` epochs, up to the next evaluation), checkpoint, write the summary and raise `TrainingInterrupted` (a second signal kills the process at once: every file
-is written atomically, so nothing is left half-written); a non-finite value stops the run with
+`epochs_per_call` epochs, up to the next evaluation), checkpoint, write the summary and raise
+`TrainingInterrupted` (a second signal kills the process at once: every file is written
+atomically, so nothing is left half-written); a non-finite value stops the run with
 `NonFiniteError`, writes the failing batch to the run directory and leaves the checkpoints as
 they were. `resume(run_dir)` continues from the latest checkpoint.
 """
@@ -277,7 +278,6 @@ def run(
             task = bar.add_task(cfg.name, total=total, completed=first, rate="-", eval="-")
             while done < total:
                 chunk_start = done
-                n = _epochs_to_boundary(done, total, cfg.eval.interval, cfg.save_interval)
                 if cfg.profile:  # one epoch, each phase its own timed call
                     n, metrics = 1, {}
                     for name in EPOCH_PHASES:
@@ -286,7 +286,10 @@ def run(
                     state = jax.device_put(state, engine.state_sharding)
                     rows = [metrics]
                 else:
-                    n = min(n, engine.epochs_per_call)
+                    n = min(
+                        _epochs_to_boundary(done, total, cfg.eval.interval, cfg.save_interval),
+                        engine.epochs_per_call,
+                    )
                     start = time.perf_counter()
                     state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
                     ran = int(ran)
@@ -298,6 +301,9 @@ def run(
                     state, eval_metrics = engine.timed_call("evaluate", state)
                     rows[-1] = {**rows[-1], **jax.device_get(eval_metrics)}
                 wall_s = time.perf_counter() - wall_start
+                save_now = bool(cfg.save_interval) and (
+                    done % cfg.save_interval == 0 or done == total
+                )
                 for i, metrics in enumerate(rows):
                     epoch = chunk_start + i + 1
                     try:
@@ -327,10 +333,7 @@ def run(
                         final_eval = record["evaluate/episode_return"]
                     metrics_lines.append(out.log(record))
                     history.append(record)
-                    boundary = cfg.save_interval and (
-                        done % cfg.save_interval == 0 or done == total
-                    )
-                    if epoch == done and boundary:
+                    if epoch == done and save_now:  # before on_epoch sees the last record
                         saved, saved_epoch = save(), done
                     if on_epoch is not None:
                         on_epoch(record)
