@@ -26,10 +26,11 @@ def _fail(message: str, status: int) -> int:
 
 
 def _bad_input() -> tuple[type[Exception], ...]:
-    from jaxrl_engine.core.engine import ShapeMismatchError
+    from jaxrl_engine.core.warm_up import ShapeMismatchError
+    from jaxrl_engine.export.policy import ExportError
     from jaxrl_engine.io.checkpoint import CheckpointError
 
-    return (ConfigError, ShapeMismatchError, CheckpointError)
+    return (ConfigError, ShapeMismatchError, CheckpointError, ExportError)
 
 
 def _start(config: str | None, overrides: list[str]) -> tuple[Any, Any]:
@@ -37,7 +38,7 @@ def _start(config: str | None, overrides: list[str]) -> tuple[Any, Any]:
     cfg = load_config(config, overrides)
     import jax
 
-    from jaxrl_engine.core.engine import build
+    from jaxrl_engine.build import build
 
     engine = build(cfg)
     return engine, engine.init(jax.random.key(cfg.seed))
@@ -55,32 +56,33 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         if args.resume:
-            from jaxrl_engine.core.driver import resume
+            from jaxrl_engine.build import resume
 
             engine, state = resume(args.resume, overrides)
         else:
             engine, state = _start(config, overrides)
-        from jaxrl_engine.core.driver import TrainingInterrupted
-        from jaxrl_engine.core.hooks import NonFiniteError
+        from jaxrl_engine.core.nan_guard import NonFiniteError
+        from jaxrl_engine.run.driver import TrainingInterrupted
 
         try:
-            engine.run(state)
+            _, summary = engine.run(state)
         except NonFiniteError as e:
             notes = "; ".join(getattr(e, "__notes__", []))
-            print(json.dumps(engine.last_summary))
+            print(json.dumps(e.summary))
             return _fail(f"{e}" + (f" ({notes})" if notes else ""), EXIT_NON_FINITE)
         except TrainingInterrupted as e:
-            print(json.dumps(engine.last_summary))
+            print(json.dumps(e.summary))
             return _fail(
-                f"{e}; continue with: jaxrl-engine train --resume {engine.last_summary['run_dir']}",
+                f"{e}; continue with: jaxrl-engine train --resume {e.summary['run_dir']}",
                 EXIT_INTERRUPTED,
             )
     except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
         # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
         return _fail(str(e), EXIT_BAD_INPUT)
-    if engine.cfg.profile:
+    if engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
-    print(json.dumps(engine.last_summary))
+    summary.pop("records")
+    print(json.dumps(summary))
     return 0
 
 
@@ -95,8 +97,7 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         plot_runs(args.runs, out, metric=args.metric)
     except (FileNotFoundError, ValueError) as e:
-        print(f"jaxrl-engine: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(str(e), EXIT_BAD_INPUT)
     print(out)
     return 0
 
@@ -107,8 +108,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         stats = evaluate_run(args.run, episodes=args.episodes, seed=args.seed)
     except (ConfigError, ValueError) as e:  # ExportError is a ValueError
-        print(f"jaxrl-engine: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(str(e), EXIT_BAD_INPUT)
     print(
         f"{stats['env_id']}: {stats['episodes']} episodes, return {stats['return_mean']:.2f} "
         f"+- {stats['return_std']:.2f} (min {stats['return_min']:.2f}, median "
@@ -122,8 +122,9 @@ def _eval(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from jaxrl_engine.export import POLICY_DIR, ExportError, export_from_checkpoint, export_torch
+    from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_torch
     from jaxrl_engine.io.checkpoint import CheckpointError
+    from jaxrl_engine.policy import export_from_checkpoint
 
     policy = Path(args.run) / POLICY_DIR
     try:
@@ -143,8 +144,7 @@ def _export(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     except (ExportError, CheckpointError, ConfigError) as e:
-        print(f"jaxrl-engine: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(str(e), EXIT_BAD_INPUT)
     print(policy)
     return 0
 

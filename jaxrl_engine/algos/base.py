@@ -1,7 +1,11 @@
-"""What an algorithm supplies to the engine: networks, `act`, `update_dataset` and `train`.
+"""What the algorithms share: the optimizer built from traced hyperparameters, and the
+contract of an algorithm's config class.
 
-The engine supplies the rest (rollout loop, env batching, buffers' place in the state, hooks,
-evaluation, sync, driver). Every method is pure and jittable; shapes are fixed at build time.
+An algorithm module holds three things: its config class (a `Strict` pydantic model with
+`name`, `check(num_envs, total_env_steps)`, `hparams(spec)` and `build(spec, ...)`), its
+`HParams` pytree (the numeric hyperparameters, traced) and a factory returning the
+`Algorithm` bundle of pure functions. `jaxrl_engine.algos.ALGORITHMS` registers the config
+classes by name.
 """
 
 from __future__ import annotations
@@ -9,44 +13,42 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import jax
+import optax
 
-from jaxrl_engine.core.state import Metrics
-from jaxrl_engine.envs.protocol import EnvSpec
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
 
-class Algorithm(Protocol):
+def adam(
+    lr: jax.Array | float,
+    *,
+    max_grad_norm: jax.Array | float | None = None,
+    eps: jax.Array | float = 1e-8,
+    anneal_steps: int | None = None,
+) -> optax.GradientTransformation:
+    """Global-norm clipping (optional), then Adam at `lr`, annealed linearly to 0 over
+    `anneal_steps` gradient steps when given. Every number may be traced (an `HParams` leaf):
+    the optimizer is rebuilt inside each traced call and its state's structure does not depend
+    on the values."""
+    schedule = optax.linear_schedule(lr, 0.0, anneal_steps) if anneal_steps else lr
+    adam_ = optax.adam(schedule, eps=eps)
+    if max_grad_norm is None:
+        return adam_
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam_)
+
+
+class AlgoConfig(Protocol):
+    """The contract of an algorithm's config class (see the module docstring)."""
+
     name: str
-    spec: EnvSpec
+    num_steps: int
 
-    def init(self, key: jax.Array) -> Any:
-        """Learner state: params, optimizer state, step count, normalisers."""
+    def check(self, num_envs: int, total_env_steps: int) -> None:
+        """Raise ValueError naming config keys when sizes do not fit (before any compile)."""
 
-    def acting_params(self, train_state: Any) -> Any:
-        """What `sync_weights` copies into `EngineState.eval_params`."""
+    def hparams(self, spec: EnvSpec) -> Any:
+        """The default `HParams` for this config."""
 
-    def act(
-        self, params: Any, obs: jax.Array, key: jax.Array, deterministic: bool
-    ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """obs: [num_envs, *obs_shape] -> (action [num_envs, *action_shape], extras per env)."""
-
-    def init_buffer(self, trajectory: Any) -> Any:
-        """An empty buffer for trajectories shaped like `trajectory` ([num_steps, num_envs, ...])."""
-
-    def complete_trajectory(self, params: Any, trajectory: Any) -> Any:
-        """Called at the end of rollout with the acting params (e.g. PPO adds bootstrap values)."""
-
-    def add_to_buffer(self, buffer: Any, trajectory: Any) -> Any:
-        """The buffer after one rollout's trajectory is written."""
-
-    def update_dataset(
-        self, train_state: Any, buffer: Any, key: jax.Array
-    ) -> tuple[Any, Any, Metrics]:
-        """buffer -> training batch (GAE for on-policy, sampling for off-policy)."""
-
-    def train(
-        self, train_state: Any, buffer: Any, batch: Any, key: jax.Array
-    ) -> tuple[Any, Metrics]:
-        """Gradient steps as `lax.scan`; returns the new learner state."""
-
-    def grad_steps_per_epoch(self) -> int:
-        """Gradient steps one `train` call makes (for counters)."""
+    def build(
+        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
+    ) -> Algorithm:
+        """The algorithm for this env spec and run length (`network`: an injected one)."""

@@ -1,6 +1,6 @@
 """DQN for discrete actions: double DQN targets, a target network (hard or Polyak), epsilon-greedy.
 
-One gradient step (`_step`), read top to bottom:
+One gradient step (`step` in `train`), read top to bottom:
     a* = argmax_a Q_online(s', a)                (double DQN; `double: false` uses Q_target)
     y  = r + gamma * (1 - terminated) * Q_target(s', a*)     truncated steps bootstrap
     loss = mean(w * huber(Q_online(s, a) - y))   w: importance weights (1 unless prioritised)
@@ -12,17 +12,19 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from pydantic import Field
 
+from jaxrl_engine.algos.base import adam
 from jaxrl_engine.algos.networks import MLP
-from jaxrl_engine.algos.off_policy import OffPolicy, ReplayBatch, Schedule
-from jaxrl_engine.buffers import replay
-from jaxrl_engine.envs.protocol import EnvSpec
+from jaxrl_engine.algos.off_policy import OffPolicyConfig, Replay, ReplayBatch, Schedule
+from jaxrl_engine.buffers import replay as replay_buffer
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
 
 class DQNState(struct.PyTreeNode):
@@ -34,110 +36,212 @@ class DQNState(struct.PyTreeNode):
     priorities: jax.Array | None  # f32[capacity_per_env, num_envs] when prioritised
 
 
-class DQN(OffPolicy):
-    name = "dqn"
+class DQNHParams(struct.PyTreeNode):
+    """DQN's numeric hyperparameters: pytree leaves, traced (vmap sweeps them)."""
 
-    def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
-        if not spec.action.discrete:
-            raise ValueError(
-                f"algo.name=dqn needs discrete actions; env {spec.env_id!r} has continuous ones "
-                "(use algo.name=sac)"
-            )
-        super().__init__(cfg, spec, num_envs, num_epochs)
-        self.num_actions = int(spec.action.num_actions or 0)
-        self.network = MLP(tuple(cfg.hidden_sizes), self.num_actions, cfg.activation)
-        total_grad_steps = max(1, num_epochs * self.grad_steps)
-        lr = optax.linear_schedule(cfg.lr, 0.0, total_grad_steps) if cfg.anneal_lr else cfg.lr
-        self.optimizer = optax.chain(
-            optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=cfg.adam_eps)
+    lr: jax.Array | float = 2.5e-4
+    gamma: jax.Array | float = 0.99
+    tau: jax.Array | float = 1.0
+    huber_delta: jax.Array | float = 1.0
+    max_grad_norm: jax.Array | float = 10.0
+    adam_eps: jax.Array | float = 1e-8
+    epsilon_start: jax.Array | float = 1.0
+    epsilon_end: jax.Array | float = 0.05
+    exploration_fraction: jax.Array | float = 0.5
+    priority_alpha: jax.Array | float = 0.6
+    priority_beta: jax.Array | float = 0.4
+    priority_eps: jax.Array | float = 1e-6
+
+
+def epsilon(
+    env_steps: jax.Array, hp: DQNHParams, learning_starts: int, total_env_steps: int
+) -> jax.Array:
+    """1 until `learning_starts` transitions are stored, then linear from `epsilon_start` to
+    `epsilon_end` over `exploration_fraction` of the run's env steps."""
+    exploration_steps = jnp.maximum(1.0, hp.exploration_fraction * total_env_steps)
+    frac = jnp.clip(env_steps / exploration_steps, 0.0, 1.0)
+    eps = hp.epsilon_start + frac * (hp.epsilon_end - hp.epsilon_start)
+    return jnp.where(env_steps < learning_starts, 1.0, eps).astype(jnp.float32)
+
+
+def dqn(
+    network: Any,
+    spec: EnvSpec,
+    replay: Replay,
+    *,
+    num_steps: int,
+    double: bool = True,
+    target_update_interval: int = 500,
+    anneal_lr: bool = False,
+    hparams: DQNHParams | None = None,
+) -> Algorithm:
+    """DQN over a Q-network (`init(key, obs)`, `apply(params, obs) -> [batch, num_actions]`)."""
+    if not spec.action.discrete:
+        raise ValueError(
+            f"algo.name=dqn needs discrete actions; env {spec.env_id!r} has continuous ones "
+            "(use algo.name=sac or td3)"
         )
-        self.exploration_steps = max(
-            1.0, cfg.exploration_fraction * num_epochs * num_envs * cfg.num_steps
+    num_actions = int(spec.action.num_actions or 0)
+    total_env_steps = replay.num_epochs * replay.num_envs * num_steps
+    anneal_steps = max(1, replay.num_epochs * replay.grad_steps) if anneal_lr else None
+
+    def optimizer(hp: DQNHParams):
+        return adam(
+            hp.lr, max_grad_norm=hp.max_grad_norm, eps=hp.adam_eps, anneal_steps=anneal_steps
         )
 
-    def init(self, key: jax.Array) -> DQNState:
-        params = self.network.init(key, jnp.zeros((1, *self.spec.obs_shape), jnp.float32))
+    def q_values(params: Any, obs: jax.Array) -> jax.Array:
+        """obs: [batch, *obs_shape] -> f32[batch, num_actions]."""
+        return network.apply(params, obs.astype(jnp.float32))  # type: ignore[no-any-return]
+
+    def init(key: jax.Array, hp: DQNHParams) -> DQNState:
+        params = network.init(key, jnp.zeros((1, *spec.obs_shape), jnp.float32))
         return DQNState(
             params=params,
             target_params=params,
-            opt_state=self.optimizer.init(params),
+            opt_state=optimizer(hp).init(params),
             acting=params,
             schedule=Schedule.zeros(),
-            priorities=self.init_priorities(),
+            priorities=replay.init_priorities(),
         )
 
-    def epsilon(self, env_steps: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        frac = jnp.clip(env_steps / self.exploration_steps, 0.0, 1.0)
-        eps = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
-        return jnp.where(env_steps < cfg.learning_starts, 1.0, eps).astype(jnp.float32)
+    def acting_params(train_state: DQNState, hp: DQNHParams) -> dict[str, Any]:
+        eps = epsilon(train_state.schedule.env_steps, hp, replay.learning_starts, total_env_steps)
+        return {"q": train_state.acting, "epsilon": eps}
 
-    def acting_params(self, train_state: DQNState) -> dict[str, Any]:
-        return {"q": train_state.acting, "epsilon": self.epsilon(train_state.schedule.env_steps)}
-
-    def q_values(self, params: Any, obs: jax.Array) -> jax.Array:
-        """obs: [batch, *obs_shape] -> f32[batch, num_actions]."""
-        return self.network.apply(params, obs.astype(jnp.float32))  # type: ignore[return-value]
-
-    def act(self, params, obs, key, deterministic):
+    def act(params, obs, key, deterministic):
         """obs: [num_envs, *obs_shape] -> (i32[num_envs] actions, {}); greedy when deterministic."""
-        greedy = jnp.argmax(self.q_values(params["q"], obs), -1).astype(jnp.int32)
+        greedy = jnp.argmax(q_values(params["q"], obs), -1).astype(jnp.int32)
         if deterministic:
             return greedy, {}
         k_explore, k_action = jax.random.split(key)
         n = obs.shape[0]
-        random_action = jax.random.randint(k_action, (n,), 0, self.num_actions, jnp.int32)
+        random_action = jax.random.randint(k_action, (n,), 0, num_actions, jnp.int32)
         explore = jax.random.uniform(k_explore, (n,)) < params["epsilon"]
         return jnp.where(explore, random_action, greedy), {}
 
-    def _loss(self, params, target_params, tr, weights):
-        cfg = self.cfg
-        q = self.q_values(params, tr.obs)
+    def loss_fn(params, target_params, tr, weights, hp: DQNHParams):
+        q = q_values(params, tr.obs)
         q_taken = jnp.take_along_axis(q, tr.action[:, None].astype(jnp.int32), -1)[:, 0]
-        next_target = self.q_values(target_params, tr.next_obs)
-        chooser = self.q_values(params, tr.next_obs) if cfg.double else next_target
+        next_target = q_values(target_params, tr.next_obs)
+        chooser = q_values(params, tr.next_obs) if double else next_target
         next_action = jnp.argmax(chooser, -1)
         next_q = jnp.take_along_axis(next_target, next_action[:, None], -1)[:, 0]
-        target = tr.reward + cfg.gamma * (1.0 - tr.terminated.astype(jnp.float32)) * next_q
+        target = tr.reward + hp.gamma * (1.0 - tr.terminated.astype(jnp.float32)) * next_q
         td = q_taken - jax.lax.stop_gradient(target)
-        loss = (weights * optax.huber_loss(td, delta=cfg.huber_delta)).mean()
+        loss = (weights * optax.huber_loss(td, delta=hp.huber_delta)).mean()
         return loss, (td, q_taken.mean())
 
-    def train(self, train_state: DQNState, buffer: replay.ReplayBuffer, batch: ReplayBatch, key):
-        cfg = self.cfg
-        grad_fn = jax.grad(self._loss, has_aux=True)
+    def train(
+        train_state: DQNState,
+        buffer: replay_buffer.ReplayBuffer,
+        batch: ReplayBatch,
+        key: jax.Array,
+        hp: DQNHParams,
+    ):
+        grad_fn = jax.grad(loss_fn, has_aux=True)
+        tx = optimizer(hp)
 
         def step(carry, tr, weights, _key):
             params, target, opt_state, n = carry
-            grads, (td, q_mean) = grad_fn(params, target, tr, weights)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            grads, (td, q_mean) = grad_fn(params, target, tr, weights, hp)
+            updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             n = n + 1
-            due = n % cfg.target_update_interval == 0
+            due = n % target_update_interval == 0
             target = jax.tree.map(
-                lambda t, p: jnp.where(due, cfg.tau * p + (1.0 - cfg.tau) * t, t), target, params
+                lambda t, p: jnp.where(due, hp.tau * p + (1.0 - hp.tau) * t, t), target, params
             )
             metrics = {
-                "train/loss": optax.huber_loss(td, delta=cfg.huber_delta).mean(),
+                "train/loss": optax.huber_loss(td, delta=hp.huber_delta).mean(),
                 "train/q_mean": q_mean,
                 "train/td_abs": jnp.abs(td).mean(),
-                "train/grad_norm": optax.tree.norm(grads),
             }
             return (params, target, opt_state, n), metrics, td
 
         s = train_state
         carry = (s.params, s.target_params, s.opt_state, s.schedule.grad_steps)
-        (params, target, opt_state, n), metrics, priorities = self.gradient_steps(
-            s, buffer, batch, key, step, carry
+        (params, target, opt_state, n), metrics, priorities = replay.gradient_steps(
+            s, buffer, batch, key, hp, step, carry
         )
-        metrics["train/epsilon"] = self.epsilon(s.schedule.env_steps)
-        schedule = s.schedule.replace(updates=s.schedule.updates + 1, grad_steps=n)
+        metrics["train/epsilon"] = epsilon(
+            s.schedule.env_steps, hp, replay.learning_starts, total_env_steps
+        )
         new_state = s.replace(
             params=params,
             target_params=target,
             opt_state=opt_state,
-            acting=self.refresh_acting(s, s.acting, params),
-            schedule=schedule,
+            acting=replay.refresh_acting(s, s.acting, params),
+            schedule=replay.count_update(s, n),
             priorities=priorities,
         )
         return new_state, metrics
+
+    return Algorithm(
+        name="dqn",
+        hparams=hparams if hparams is not None else DQNHParams(),
+        init=init,
+        acting_params=acting_params,
+        act=act,
+        init_buffer=replay.init_buffer,
+        complete_trajectory=replay.complete_trajectory,
+        add_to_buffer=replay.add_to_buffer,
+        update_dataset=replay.update_dataset,
+        train=train,
+        grad_steps_per_epoch=replay.grad_steps,
+        on_policy=False,
+        static={"network": network, "q_values": q_values},
+    )
+
+
+class DQNConfig(OffPolicyConfig):
+    name: Literal["dqn"] = "dqn"
+    lr: float = Field(2.5e-4, gt=0, description="Adam learning rate")
+    anneal_lr: bool = Field(False, description="anneal the learning rate linearly to 0")
+    adam_eps: float = Field(1e-8, gt=0, description="Adam epsilon")
+    max_grad_norm: float = Field(10.0, gt=0, description="global gradient-norm clip")
+    double: bool = Field(True, description="double DQN: the online network picks a'")
+    huber_delta: float = Field(1.0, gt=0, description="Huber loss threshold")
+    tau: float = Field(1.0, gt=0, le=1, description="target update: 1 is a hard copy, <1 Polyak")
+    target_update_interval: int = Field(
+        500, gt=0, description="gradient steps between target updates"
+    )
+    epsilon_start: float = Field(1.0, ge=0, le=1, description="epsilon after warm-up")
+    epsilon_end: float = Field(0.05, ge=0, le=1, description="final epsilon")
+    exploration_fraction: float = Field(
+        0.5, gt=0, le=1, description="fraction of the run over which epsilon decays"
+    )
+
+    def hparams(self, spec: EnvSpec) -> DQNHParams:
+        return DQNHParams(
+            lr=self.lr,
+            gamma=self.gamma,
+            tau=self.tau,
+            huber_delta=self.huber_delta,
+            max_grad_norm=self.max_grad_norm,
+            adam_eps=self.adam_eps,
+            epsilon_start=self.epsilon_start,
+            epsilon_end=self.epsilon_end,
+            exploration_fraction=self.exploration_fraction,
+            priority_alpha=self.priority_alpha,
+            priority_beta=self.priority_beta,
+            priority_eps=self.priority_eps,
+        )
+
+    def build(
+        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
+    ) -> Algorithm:
+        if network is None:
+            network = MLP(
+                tuple(self.hidden_sizes), int(spec.action.num_actions or 0), self.activation
+            )
+        return dqn(
+            network,
+            spec,
+            self.replay(num_envs, num_epochs),
+            num_steps=self.num_steps,
+            double=self.double,
+            target_update_interval=self.target_update_interval,
+            anneal_lr=self.anneal_lr,
+            hparams=self.hparams(spec),
+        )

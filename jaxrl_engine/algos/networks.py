@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -67,28 +66,3 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, action: jax.Array) ->
 def gaussian_entropy(log_std: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
     ent = (log_std + 0.5 * (1.0 + jnp.log(2 * jnp.pi))).sum(-1)
     return jnp.broadcast_to(ent, batch_shape)
-
-
-def one_key_at_a_time(fn: Any) -> Any:
-    """`fn(key)`, evaluated key by key (`lax.map`) when vmapped, never as one batched call.
-
-    For parameter init. Orthogonal initialisers use a QR factorisation; vmapped over seeds it
-    becomes jaxlib's batched LAPACK kernel, which on CPU (jaxlib 0.10.2) splits the batch over
-    XLA's intra-op thread pool and blocks a pool thread waiting for the pieces. When as many
-    such QRs run side by side as the pool has threads (the layers of a network are independent,
-    and the pool has one thread per core), every thread waits on work that no thread is left to
-    run: `jax.jit(jax.vmap(make_train(cfg)))` hung for good on this 2-core machine (both pool
-    threads in `QrFactorization` -> `ParallelBatchMap` -> `BlockingCounter::Wait`). Unbatched,
-    each QR runs inline. Nested vmaps recurse, so every level is mapped.
-    """
-
-    @jax.custom_batching.custom_vmap
-    def call(key: jax.Array) -> Any:
-        return fn(key)
-
-    @call.def_vmap
-    def rule(axis_size: int, in_batched: Sequence[bool], key: jax.Array) -> tuple[Any, Any]:
-        out = jax.lax.map(call, key) if in_batched[0] else call(key)
-        return out, jax.tree.map(lambda _: bool(in_batched[0]), out)
-
-    return call

@@ -9,6 +9,9 @@ The phases, for an off-policy algorithm:
   `learning_starts` transitions;
 - sync_weights copies `acting_params(train_state)`.
 
+`Replay` (a frozen dataclass of static sizes whose methods are pure functions) supplies these
+to DQN, SAC and TD3; `OffPolicyConfig` is the config section they share.
+
 The asynchronous schedule is configuration, not a second engine:
 - `train_ratio`: gradient steps per env step; an epoch of `num_steps * num_envs` env steps
   makes `train_ratio * num_steps * num_envs` gradient steps.
@@ -28,17 +31,20 @@ share the same cores; see benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from pydantic import Field
 
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.core.state import Metrics
-from jaxrl_engine.envs.protocol import EnvSpec
+from jaxrl_engine.core.protocols import EnvSpec, Metrics
+from jaxrl_engine.io.schema import Strict
 
 
 class ReplayBatch(struct.PyTreeNode):
@@ -67,29 +73,25 @@ def grad_steps_per_epoch(train_ratio: float, num_steps: int, num_envs: int) -> i
     return round(train_ratio * num_steps * num_envs)
 
 
-class OffPolicy:
-    """Base for DQN and SAC: buffer, sampling, warm-up gate, acting snapshot (sync_every)."""
+@dataclass(frozen=True)
+class Replay:
+    """Buffer, sampling, warm-up gate and acting snapshot (`sync_every`) of an off-policy
+    algorithm; static sizes here, numeric ones (`priority_*`) read from the traced hparams."""
 
-    name: str
-    spec: EnvSpec
-
-    def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
-        self.cfg, self.spec, self.num_envs, self.num_epochs = cfg, spec, num_envs, num_epochs
-        self.capacity_per_env = cfg.buffer_size // num_envs
-        self.grad_steps = grad_steps_per_epoch(cfg.train_ratio, cfg.num_steps, num_envs)
-        if self.grad_steps < 1:
-            raise ValueError(
-                f"algo.train_ratio={cfg.train_ratio} gives no gradient step per epoch of "
-                f"algo.num_steps * env.num_envs = {cfg.num_steps * num_envs} env steps"
-            )
-
-    def grad_steps_per_epoch(self) -> int:
-        return self.grad_steps
+    num_envs: int
+    num_epochs: int
+    capacity_per_env: int
+    grad_steps: int
+    batch_size: int
+    learning_starts: int
+    sync_every: int
+    mode: replay.Mode = "circular"
+    prioritized: bool = False
 
     # ------------------------------------------------------------- buffer
     def init_buffer(self, trajectory: Transition) -> replay.ReplayBuffer:
         item = jax.tree.map(lambda x: x[0], trajectory._replace(extras={}))
-        return replay.init(item, self.capacity_per_env, self.cfg.buffer_mode)
+        return replay.init(item, self.capacity_per_env, self.mode)
 
     def complete_trajectory(self, params: Any, trajectory: Transition) -> Transition:
         return trajectory
@@ -99,20 +101,19 @@ class OffPolicy:
 
     def init_priorities(self) -> jax.Array | None:
         """f32[capacity_per_env, num_envs] when prioritised (learner-owned, in the train state)."""
-        if not self.cfg.prioritized:
+        if not self.prioritized:
             return None
         return jnp.ones((self.capacity_per_env, self.num_envs), jnp.float32)
 
-    def update_dataset(self, train_state: Any, buffer: replay.ReplayBuffer, key: jax.Array):
+    def update_dataset(self, train_state: Any, buffer: replay.ReplayBuffer, key: jax.Array, hp):
         """Samples indices for every gradient step of the epoch; new rows get the max priority.
 
         Prioritised: all `grad_steps` draws use the priorities as they are at the start of the
         epoch (priorities the epoch's own steps write apply from the next epoch on).
         """
-        cfg = self.cfg
-        shape = (self.grad_steps, cfg.batch_size)
+        shape = (self.grad_steps, self.batch_size)
         schedule = train_state.schedule
-        if cfg.prioritized:
+        if self.prioritized:
             # Rows written since the last epoch get the largest priority seen (Schaul et al.).
             priorities = train_state.priorities
             cap = self.capacity_per_env
@@ -121,7 +122,7 @@ class OffPolicy:
             fresh = (age < added // self.num_envs)[:, None]
             priorities = jnp.where(fresh, priorities.max(), priorities)
             rows, envs, weights = replay.sample_prioritized(
-                buffer, priorities, key, shape, cfg.priority_alpha, cfg.priority_beta
+                buffer, priorities, key, shape, hp.priority_alpha, hp.priority_beta
             )
             train_state = train_state.replace(priorities=priorities)
         else:
@@ -138,12 +139,12 @@ class OffPolicy:
     # ---------------------------------------------------------- schedule
     def learning(self, train_state: Any) -> jax.Array:
         """bool[]: the buffer holds `learning_starts` transitions (warm-up is over)."""
-        return train_state.schedule.env_steps >= self.cfg.learning_starts
+        return train_state.schedule.env_steps >= self.learning_starts
 
     def refresh_acting(self, train_state: Any, acting: Any, learner: Any) -> Any:
         """The acting snapshot after a train call: the learner's every `sync_every` epochs."""
         updates = train_state.schedule.updates + 1
-        due = (updates % self.cfg.sync_every == 0) | (updates >= self.num_epochs)
+        due = (updates % self.sync_every == 0) | (updates >= self.num_epochs)
         return jax.tree.map(lambda new, old: jnp.where(due, new, old), learner, acting)
 
     def gradient_steps(
@@ -152,7 +153,8 @@ class OffPolicy:
         buffer: replay.ReplayBuffer,
         batch: ReplayBatch,
         key: jax.Array,
-        step_fn: Any,
+        hp: Any,
+        step_fn: Callable[..., Any],
         carry: Any,
     ) -> tuple[Any, Metrics, jax.Array | None]:
         """`lax.scan` of `step_fn(carry, transitions, weights, key) -> (carry, metrics, td)`
@@ -167,7 +169,7 @@ class OffPolicy:
             rows, envs, weights, k = x
             carry, metrics, td = step_fn(carry, replay.gather(buffer, rows, envs), weights, k)
             if prio is not None:
-                prio = prio.at[rows, envs].set(jnp.abs(td) + self.cfg.priority_eps)
+                prio = prio.at[rows, envs].set(jnp.abs(td) + hp.priority_eps)
             return (carry, prio), metrics
 
         def run(c):
@@ -185,6 +187,14 @@ class OffPolicy:
         metrics["train/learning"] = self.learning(train_state).astype(jnp.float32)
         return carry, metrics, priorities
 
+    def count_update(self, train_state: Any, grad_steps: jax.Array | None = None) -> Schedule:
+        """The schedule after a train call: one more update, and `grad_steps` gradient steps
+        (default: the epoch's, when learning)."""
+        s = train_state.schedule
+        if grad_steps is None:
+            grad_steps = s.grad_steps + jnp.where(self.learning(train_state), self.grad_steps, 0)
+        return s.replace(updates=s.updates + 1, grad_steps=grad_steps)
+
 
 def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of a continuous action space, f32[*action_shape]."""
@@ -192,3 +202,79 @@ def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     low = np.asarray(spec.action.low, np.float32).reshape(shape)
     high = np.asarray(spec.action.high, np.float32).reshape(shape)
     return low, high
+
+
+class OffPolicyConfig(Strict):
+    """Replay buffer, sampling, warm-up and the asynchronous schedule (DQN, SAC, TD3)."""
+
+    num_steps: int = Field(16, gt=0, description="rollout steps per env per epoch")
+    gamma: float = Field(0.99, gt=0, le=1, description="discount")
+    buffer_size: int = Field(
+        50_000, gt=0, description="replay capacity in transitions (a multiple of env.num_envs)"
+    )
+    buffer_mode: Literal["circular", "fixed"] = Field(
+        "circular", description="circular: overwrite the oldest; fixed: must hold the whole run"
+    )
+    batch_size: int = Field(128, gt=0, description="transitions per gradient step")
+    learning_starts: int = Field(
+        1_000, ge=0, description="transitions stored before training (random actions until then)"
+    )
+    train_ratio: float = Field(
+        0.125,
+        gt=0,
+        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
+    )
+    sync_every: int = Field(
+        1, gt=0, description="refresh the acting weights every this many epochs (staleness bound)"
+    )
+    prioritized: bool = Field(False, description="prioritised replay (proportional)")
+    priority_alpha: float = Field(0.6, ge=0, description="P(i) ~ priority**alpha")
+    priority_beta: float = Field(0.4, ge=0, description="importance-weight exponent")
+    priority_eps: float = Field(1e-6, gt=0, description="priority = |TD error| + eps")
+    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [64, 64], description="MLP widths"
+    )
+    activation: Literal["tanh", "relu", "gelu", "silu"] = "relu"
+
+    def check(self, num_envs: int, total_env_steps: int) -> None:
+        """Buffer and schedule sizes that would fail later, named by their keys now."""
+        n = num_envs
+        per_epoch = self.num_steps * n
+        if self.buffer_size % n or self.buffer_size < per_epoch:
+            raise ValueError(
+                f"algo.buffer_size={self.buffer_size} must be a multiple of env.num_envs={n} "
+                f"and at least algo.num_steps * env.num_envs = {per_epoch} (one rollout)"
+            )
+        grad_steps = self.train_ratio * per_epoch
+        if grad_steps < 1 or abs(grad_steps - round(grad_steps)) > 1e-6:
+            raise ValueError(
+                f"algo.train_ratio={self.train_ratio} x algo.num_steps * env.num_envs "
+                f"= {per_epoch} env steps per epoch must be a whole number >= 1 of gradient steps"
+            )
+        run_steps = -(-total_env_steps // per_epoch) * per_epoch
+        if self.buffer_mode == "fixed" and self.buffer_size < run_steps:
+            raise ValueError(
+                f"algo.buffer_mode=fixed cannot hold the run: algo.buffer_size={self.buffer_size}"
+                f" < total_env_steps={total_env_steps} (rounded up to {run_steps}, whole "
+                "epochs); raise algo.buffer_size or use algo.buffer_mode=circular"
+            )
+
+    def replay(self, num_envs: int, num_epochs: int) -> Replay:
+        """The static replay schedule of this config for `num_envs` envs and the run length."""
+        grad_steps = grad_steps_per_epoch(self.train_ratio, self.num_steps, num_envs)
+        if grad_steps < 1:
+            raise ValueError(
+                f"algo.train_ratio={self.train_ratio} gives no gradient step per epoch of "
+                f"algo.num_steps * env.num_envs = {self.num_steps * num_envs} env steps"
+            )
+        return Replay(
+            num_envs=num_envs,
+            num_epochs=num_epochs,
+            capacity_per_env=self.buffer_size // num_envs,
+            grad_steps=grad_steps,
+            batch_size=self.batch_size,
+            learning_starts=self.learning_starts,
+            sync_every=self.sync_every,
+            mode=self.buffer_mode,
+            prioritized=self.prioritized,
+        )

@@ -3,18 +3,24 @@
 Reads like PureJaxRL's: `update_dataset` turns the rollout into advantages and returns; `train`
 is `lax.scan` over update epochs of `lax.scan` over minibatches. Truncated steps bootstrap from
 the value of the final observation; terminated steps do not bootstrap.
+
+`ppo(network, spec, ...)` returns the `Algorithm` bundle; numeric hyperparameters are the
+traced `PPOHParams`, shape-changing ones are the factory's arguments; `PPOConfig` is the
+config section that builds it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
+from pydantic import Field, model_validator
 
+from jaxrl_engine.algos.base import adam
 from jaxrl_engine.algos.networks import (
     ActorCritic,
     categorical_entropy,
@@ -24,7 +30,8 @@ from jaxrl_engine.algos.networks import (
 )
 from jaxrl_engine.algos.normalize import RunningMeanStd
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.envs.protocol import EnvSpec
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec
+from jaxrl_engine.io.schema import Strict
 
 
 class PPOState(struct.PyTreeNode):
@@ -68,80 +75,88 @@ def gae(
     return adv, adv + value
 
 
-class PPO:
-    name = "ppo"
+class PPOHParams(struct.PyTreeNode):
+    """PPO's numeric hyperparameters: pytree leaves, traced (vmap sweeps them)."""
 
-    def __init__(
-        self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
-    ):
-        """network: an injected actor-critic (`init(key, obs)`, `apply(params, obs)`); default
-        the flax `ActorCritic`, or a torch module when `cfg.torch_policy` is set."""
-        self.cfg, self.spec, self.num_envs = cfg, spec, num_envs
-        self.discrete = spec.action.discrete
-        action_dim = spec.action.num_actions or int(np.prod(spec.action.shape))
-        torch_cfg = getattr(cfg, "torch_policy", None)
-        if network is None and torch_cfg is not None:
-            from jaxrl_engine.interop.torch_policy import build_torch_policy
+    lr: jax.Array | float = 5e-4
+    gamma: jax.Array | float = 0.99
+    gae_lambda: jax.Array | float = 0.95
+    clip_eps: jax.Array | float = 0.2
+    ent_coef: jax.Array | float = 0.01
+    vf_coef: jax.Array | float = 0.5
+    max_grad_norm: jax.Array | float = 0.5
 
-            network = build_torch_policy(torch_cfg, spec, cfg.hidden_sizes, cfg.activation)
-        if network is None:
-            network = ActorCritic(
-                action_dim=int(action_dim),
-                discrete=self.discrete,
-                hidden_sizes=tuple(cfg.hidden_sizes),
-                activation=cfg.activation,
-            )
-        self.network = network
-        batch = cfg.num_steps * num_envs
-        if batch % cfg.num_minibatches:
-            raise ValueError(
-                f"algo.num_minibatches={cfg.num_minibatches} must divide "
-                f"algo.num_steps * env.num_envs = {batch}"
-            )
-        self.minibatch_size = batch // cfg.num_minibatches
-        total_grad_steps = max(1, num_epochs * self.grad_steps_per_epoch())
-        lr = optax.linear_schedule(cfg.lr, 0.0, total_grad_steps) if cfg.anneal_lr else cfg.lr
-        self.optimizer = optax.chain(
-            optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5)
+
+def minibatch_size(num_steps: int, num_envs: int, num_minibatches: int) -> int:
+    """Transitions per minibatch; ValueError (naming the config keys) when it is not whole."""
+    batch = num_steps * num_envs
+    if batch % num_minibatches:
+        raise ValueError(
+            f"algo.num_minibatches={num_minibatches} must divide "
+            f"algo.num_steps * env.num_envs = {batch}"
         )
-        self.torch_learner = None  # train in torch, act in JAX (algo.torch_policy.learner=torch)
-        if torch_cfg is not None and torch_cfg.learner == "torch":
-            from jaxrl_engine.interop.torch_learner import TorchPPOLearner
+    return batch // num_minibatches
 
-            self.torch_learner = TorchPPOLearner(self, total_grad_steps)
 
-    def grad_steps_per_epoch(self) -> int:
-        return self.cfg.update_epochs * self.cfg.num_minibatches
+def normalize(obs_norm: RunningMeanStd, obs: jax.Array, enabled: bool) -> jax.Array:
+    """Observations as the networks see them (f32; normalised when `enabled`)."""
+    obs = obs.astype(jnp.float32)
+    return obs_norm.normalize(obs) if enabled else obs
 
-    def init(self, key: jax.Array) -> PPOState:
-        obs = jnp.zeros((1, *self.spec.obs_shape), jnp.float32)
-        params = self.network.init(key, obs)
+
+def ppo(
+    network: Any,
+    spec: EnvSpec,
+    *,
+    num_envs: int,
+    num_steps: int,
+    num_epochs: int,
+    update_epochs: int = 4,
+    num_minibatches: int = 4,
+    anneal_lr: bool = True,
+    normalize_obs: bool = False,
+    normalize_reward: bool = False,
+    hparams: PPOHParams | None = None,
+) -> Algorithm:
+    """PPO over `network` (`init(key, obs)`, `apply(params, obs) -> (head, log_std, value)`).
+
+    Static arguments fix shapes and the schedule: rollout `num_steps` x `num_envs`, passes
+    (`update_epochs`) x `num_minibatches`, annealing over the run's `num_epochs`.
+    """
+    discrete = spec.action.discrete
+    mb_size = minibatch_size(num_steps, num_envs, num_minibatches)
+    grad_steps = update_epochs * num_minibatches
+    anneal_steps = max(1, num_epochs * grad_steps) if anneal_lr else None
+
+    def optimizer(hp: PPOHParams):
+        return adam(hp.lr, max_grad_norm=hp.max_grad_norm, eps=1e-5, anneal_steps=anneal_steps)
+
+    def dist(params: Any, obs: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
+        """(logits or mean, log_std or None, value) for a batch of normalised observations."""
+        return network.apply(params, obs)  # type: ignore[no-any-return]
+
+    def init(key: jax.Array, hp: PPOHParams) -> PPOState:
+        params = network.init(key, jnp.zeros((1, *spec.obs_shape), jnp.float32))
         return PPOState(
             params=params,
-            opt_state=self.optimizer.init(params),
-            obs_norm=RunningMeanStd.create(self.spec.obs_shape),
+            opt_state=optimizer(hp).init(params),
+            obs_norm=RunningMeanStd.create(spec.obs_shape),
             return_norm=RunningMeanStd.create(()),
-            return_acc=jnp.zeros((self.num_envs,), jnp.float32),
+            return_acc=jnp.zeros((num_envs,), jnp.float32),
         )
 
-    def acting_params(self, train_state: PPOState) -> dict[str, Any]:
+    def acting_params(train_state: PPOState, hp: PPOHParams) -> dict[str, Any]:
         net = train_state.params
-        if hasattr(self.network, "acting_params"):  # e.g. a bf16 acting copy
-            net = self.network.acting_params(net)
+        if hasattr(network, "acting_params"):  # e.g. a bf16 acting copy
+            net = network.acting_params(net)
         return {"net": net, "obs_norm": train_state.obs_norm}
 
-    def _normalize(self, obs_norm: RunningMeanStd, obs: jax.Array) -> jax.Array:
-        obs = obs.astype(jnp.float32)
-        return obs_norm.normalize(obs) if self.cfg.normalize_obs else obs
-
-    def _dist(self, params: Any, obs: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
-        """(logits or mean, log_std or None, value) for a batch of normalised observations."""
-        return self.network.apply(params, obs)  # type: ignore[return-value]
-
-    def act(self, params, obs, key, deterministic):
+    def act(params, obs, key, deterministic):
         """obs: [num_envs, *obs_shape] -> action, extras {log_prob, value} ([num_envs])."""
-        head, log_std, value = self._dist(params["net"], self._normalize(params["obs_norm"], obs))
-        if self.discrete:
+        head, log_std, value = dist(
+            params["net"], normalize(params["obs_norm"], obs, normalize_obs)
+        )
+        if discrete:
             action = (
                 jnp.argmax(head, -1) if deterministic else jax.random.categorical(key, head)
             ).astype(jnp.int32)
@@ -150,34 +165,34 @@ class PPO:
             noise = jax.random.normal(key, head.shape)
             action = head if deterministic else head + jnp.exp(log_std) * noise
             log_prob = gaussian_log_prob(head, log_std, action)
-            action = action.reshape((obs.shape[0], *self.spec.action.shape))
+            action = action.reshape((obs.shape[0], *spec.action.shape))
         return action, {"log_prob": log_prob, "value": value}
 
-    def init_buffer(self, trajectory: Transition) -> Transition:
+    def init_buffer(trajectory: Transition) -> Transition:
         return jax.tree.map(jnp.zeros_like, trajectory)
 
-    def add_to_buffer(self, buffer: Transition, trajectory: Transition) -> Transition:
+    def add_to_buffer(buffer: Transition, trajectory: Transition) -> Transition:
         return trajectory
 
-    def complete_trajectory(self, params, trajectory: Transition) -> Transition:
+    def complete_trajectory(params, trajectory: Transition) -> Transition:
         """Adds V(next_obs) (the bootstrap values), computed with the acting params."""
         T, N = trajectory.reward.shape
-        flat_next = trajectory.next_obs.reshape((T * N, *self.spec.obs_shape))
-        _, _, next_value = self._dist(params["net"], self._normalize(params["obs_norm"], flat_next))
+        flat_next = trajectory.next_obs.reshape((T * N, *spec.obs_shape))
+        obs = normalize(params["obs_norm"], flat_next, normalize_obs)
+        _, _, next_value = dist(params["net"], obs)
         extras = {**trajectory.extras, "next_value": next_value.reshape((T, N))}
         return trajectory._replace(extras=extras)
 
-    def update_dataset(self, train_state: PPOState, buffer: Transition, key):
+    def update_dataset(train_state: PPOState, buffer: Transition, key, hp: PPOHParams):
         """GAE over the rollout; advances the observation and return normalisers."""
-        cfg = self.cfg
         reward = buffer.reward.astype(jnp.float32)
         done = jnp.logical_or(buffer.terminated, buffer.truncated)
         return_norm, return_acc = train_state.return_norm, train_state.return_acc
-        if cfg.normalize_reward:
+        if normalize_reward:
 
             def discounted(acc, x):
                 r, d = x
-                acc = acc * cfg.gamma + r
+                acc = acc * hp.gamma + r
                 return jnp.where(d, 0.0, acc), acc
 
             return_acc, returns_seen = jax.lax.scan(discounted, return_acc, (reward, done))
@@ -189,11 +204,11 @@ class PPO:
             buffer.extras["next_value"],
             buffer.terminated.astype(jnp.float32),
             buffer.truncated.astype(jnp.float32),
-            cfg.gamma,
-            cfg.gae_lambda,
+            hp.gamma,
+            hp.gae_lambda,
         )
         obs_norm = (
-            train_state.obs_norm.update(buffer.obs) if cfg.normalize_obs else train_state.obs_norm
+            train_state.obs_norm.update(buffer.obs) if normalize_obs else train_state.obs_norm
         )
         # On-policy: the learner's statistics are the ones the rollout acted with.
         batch = PPOBatch(advantages=advantages, returns=targets, obs_norm=train_state.obs_norm)
@@ -206,27 +221,26 @@ class PPO:
         }
         return new_state, batch, metrics
 
-    def _loss(self, params, obs_norm, mb):
-        cfg = self.cfg
+    def loss_fn(params, obs_norm, mb, hp: PPOHParams):
         obs, action, old_log_prob, old_value, adv, target = mb
-        head, log_std, value = self._dist(params, self._normalize(obs_norm, obs))
-        if self.discrete:
+        head, log_std, value = dist(params, normalize(obs_norm, obs, normalize_obs))
+        if discrete:
             log_prob, entropy = categorical_log_prob(head, action), categorical_entropy(head)
         else:
             action = action.reshape(head.shape)
             log_prob = gaussian_log_prob(head, log_std, action)
             entropy = gaussian_entropy(log_std, head.shape[:1])
-        value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
+        value_clipped = old_value + jnp.clip(value - old_value, -hp.clip_eps, hp.clip_eps)
         value_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
         ratio = jnp.exp(log_prob - old_log_prob)
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = -jnp.minimum(
-            ratio * adv, jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
+            ratio * adv, jnp.clip(ratio, 1.0 - hp.clip_eps, 1.0 + hp.clip_eps) * adv
         ).mean()
         entropy = entropy.mean()
-        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        loss = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
         approx_kl = ((ratio - 1.0) - jnp.log(ratio)).mean()
-        clip_frac = (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean()
+        clip_frac = (jnp.abs(ratio - 1.0) > hp.clip_eps).mean()
         return loss, {
             "train/loss": loss,
             "train/policy_loss": policy_loss,
@@ -236,10 +250,7 @@ class PPO:
             "train/clip_fraction": clip_frac,
         }
 
-    def train(self, train_state: PPOState, buffer: Transition, batch: PPOBatch, key):
-        if self.torch_learner is not None:
-            return self.torch_learner.train(train_state, buffer, batch, key)
-        cfg = self.cfg
+    def train(train_state: PPOState, buffer: Transition, batch: PPOBatch, key, hp: PPOHParams):
         T, N = buffer.reward.shape
         flat = jax.tree.map(
             lambda x: x.reshape((T * N, *x.shape[2:])),
@@ -252,14 +263,14 @@ class PPO:
                 batch.returns,
             ),
         )
-        grad_fn = jax.grad(self._loss, has_aux=True)
-
+        grad_fn = jax.grad(loss_fn, has_aux=True)
+        tx = optimizer(hp)
         names: list[str] = []  # the metrics' order in the stacked vector (set when traced)
 
         def minibatch_step(carry, mb):
             params, opt_state = carry
-            grads, metrics = grad_fn(params, batch.obs_norm, mb)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            grads, metrics = grad_fn(params, batch.obs_norm, mb, hp)
+            updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics["train/grad_norm"] = optax.tree.norm(grads)
             names[:] = sorted(metrics)
@@ -270,16 +281,128 @@ class PPO:
         def update_epoch(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, T * N)
             minibatches = jax.tree.map(
-                lambda x: x[perm].reshape((cfg.num_minibatches, self.minibatch_size, *x.shape[1:])),
-                flat,
+                lambda x: x[perm].reshape((num_minibatches, mb_size, *x.shape[1:])), flat
             )
             return jax.lax.scan(minibatch_step, carry, minibatches)
 
         (params, opt_state), metrics = jax.lax.scan(
             update_epoch,
             (train_state.params, train_state.opt_state),
-            jax.random.split(key, cfg.update_epochs),
+            jax.random.split(key, update_epochs),
         )
         means = metrics.reshape((-1, len(names))).mean(axis=0)
         metrics = {name: means[i] for i, name in enumerate(names)}
         return train_state.replace(params=params, opt_state=opt_state), metrics
+
+    return Algorithm(
+        name="ppo",
+        hparams=hparams if hparams is not None else PPOHParams(),
+        init=init,
+        acting_params=acting_params,
+        act=act,
+        init_buffer=init_buffer,
+        complete_trajectory=complete_trajectory,
+        add_to_buffer=add_to_buffer,
+        update_dataset=update_dataset,
+        train=train,
+        grad_steps_per_epoch=grad_steps,
+        on_policy=True,
+        static={"network": network, "normalize_obs": normalize_obs, "dist": dist},
+    )
+
+
+class TorchPolicyConfig(Strict):
+    """A torch nn.Module as PPO's policy (needs the `torch` extra); see jaxrl_engine.interop."""
+
+    factory: str = Field(
+        "jaxrl_engine.interop.torch_nets:mlp",
+        description="'module:function' building the nn.Module: f(in_shape, out_dim, out_scale, **kwargs)",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of the factory (the built-in mlp defaults to algo.hidden_sizes/activation)",
+    )
+    path: Literal["fast", "universal"] = Field(
+        "fast",
+        description="fast: weights bridged into native JAX ops; universal: any module via callback",
+    )
+    critic: Literal["jax", "torch"] = Field(
+        "jax", description="value network: a flax MLP, or a second module from the factory"
+    )
+    learner: Literal["jax", "torch"] = Field(
+        "jax",
+        description="jax: optax trains the weights; torch: a torch optimizer (train in torch, act in JAX)",
+    )
+    acting_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="dtype of the acting copy sync_weights makes (null: as trained)"
+    )
+    torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the factory runs")
+
+    @model_validator(mode="after")
+    def _torch_learner_needs_torch_critic(self) -> TorchPolicyConfig:
+        if self.learner == "torch" and self.critic != "torch":
+            raise ValueError("learner=torch trains both networks in torch: set critic: torch")
+        return self
+
+
+class PPOConfig(Strict):
+    name: Literal["ppo"] = "ppo"
+    num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
+    update_epochs: int = Field(4, gt=0, description="passes over the rollout per epoch")
+    num_minibatches: int = Field(4, gt=0, description="minibatches per pass")
+    lr: float = Field(5e-4, gt=0, description="Adam learning rate")
+    anneal_lr: bool = Field(True, description="anneal the learning rate linearly to 0")
+    gamma: float = Field(0.99, gt=0, le=1, description="discount")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    clip_eps: float = Field(0.2, gt=0, description="PPO ratio (and value) clip")
+    ent_coef: float = Field(0.01, ge=0, description="entropy bonus coefficient")
+    vf_coef: float = Field(0.5, ge=0, description="value loss coefficient")
+    max_grad_norm: float = Field(0.5, gt=0, description="global gradient-norm clip")
+    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [64, 64], description="MLP widths (actor and critic)"
+    )
+    activation: Literal["tanh", "relu", "gelu", "silu"] = "tanh"
+    normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
+    normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
+    torch_policy: TorchPolicyConfig | None = Field(
+        None, description="act with a torch nn.Module (fast or universal path); null: flax MLPs"
+    )
+
+    def check(self, num_envs: int, total_env_steps: int) -> None:
+        minibatch_size(self.num_steps, num_envs, self.num_minibatches)
+
+    def hparams(self, spec: EnvSpec) -> PPOHParams:
+        return PPOHParams(
+            lr=self.lr,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            clip_eps=self.clip_eps,
+            ent_coef=self.ent_coef,
+            vf_coef=self.vf_coef,
+            max_grad_norm=self.max_grad_norm,
+        )
+
+    def build(
+        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
+    ) -> Algorithm:
+        """network: an injected actor-critic; default the flax `ActorCritic`."""
+        if network is None:
+            network = ActorCritic(
+                action_dim=int(spec.action.num_actions or np.prod(spec.action.shape)),
+                discrete=spec.action.discrete,
+                hidden_sizes=tuple(self.hidden_sizes),
+                activation=self.activation,
+            )
+        return ppo(
+            network,
+            spec,
+            num_envs=num_envs,
+            num_steps=self.num_steps,
+            num_epochs=num_epochs,
+            update_epochs=self.update_epochs,
+            num_minibatches=self.num_minibatches,
+            anneal_lr=self.anneal_lr,
+            normalize_obs=self.normalize_obs,
+            normalize_reward=self.normalize_reward,
+            hparams=self.hparams(spec),
+        )

@@ -1,6 +1,6 @@
 """SAC for continuous actions: twin Q, automatic entropy tuning, tanh-squashed Gaussian policy.
 
-One gradient step (`_step`), read top to bottom (Haarnoja et al. 2018, v2):
+One gradient step (`step` in `sac`), read top to bottom (Haarnoja et al. 2018, v2):
     a' ~ pi(s'),  y = r + gamma * (1 - terminated) * (min_i Q_target_i(s', a') - alpha log pi(a'|s'))
     critic: mean_i mean(w * (Q_i(s, a) - y)^2)              truncated steps bootstrap
     actor:  mean(alpha log pi(a~|s) - min_i Q_i(s, a~))     a~ ~ pi(s), reparameterised
@@ -13,7 +13,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import flax.linen as nn
 import jax
@@ -21,11 +21,20 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
+from pydantic import Field
 
-from jaxrl_engine.algos.networks import MLP, one_key_at_a_time
-from jaxrl_engine.algos.off_policy import OffPolicy, ReplayBatch, Schedule, action_bounds
-from jaxrl_engine.buffers import replay
-from jaxrl_engine.envs.protocol import EnvSpec
+from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.networks import MLP
+from jaxrl_engine.algos.off_policy import (
+    OffPolicyConfig,
+    Replay,
+    ReplayBatch,
+    Schedule,
+    action_bounds,
+)
+from jaxrl_engine.buffers import replay as replay_buffer
+from jaxrl_engine.core.batching import one_key_at_a_time
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -62,161 +71,268 @@ def squashed_gaussian(
     return jnp.tanh(u), log_prob.sum(-1)
 
 
-class SAC(OffPolicy):
-    name = "sac"
+class SACHParams(struct.PyTreeNode):
+    """SAC's numeric hyperparameters: pytree leaves, traced (vmap sweeps them)."""
 
-    def __init__(self, cfg: Any, spec: EnvSpec, num_envs: int, num_epochs: int):
-        if spec.action.discrete:
-            raise ValueError(
-                f"algo.name=sac needs continuous actions; env {spec.env_id!r} has discrete ones "
-                "(use algo.name=dqn or ppo)"
-            )
-        super().__init__(cfg, spec, num_envs, num_epochs)
-        self.action_dim = int(np.prod(spec.action.shape))
+    actor_lr: jax.Array | float = 3e-4
+    critic_lr: jax.Array | float = 3e-4
+    alpha_lr: jax.Array | float = 3e-4
+    gamma: jax.Array | float = 0.99
+    tau: jax.Array | float = 0.005
+    init_alpha: jax.Array | float = 1.0
+    target_entropy: jax.Array | float = -1.0
+    priority_alpha: jax.Array | float = 0.6
+    priority_beta: jax.Array | float = 0.4
+    priority_eps: jax.Array | float = 1e-6
+
+
+class ActionScale(struct.PyTreeNode):
+    """The affine map between the networks' [-1, 1] and the env's [low, high] (static)."""
+
+    center: Any = struct.field(pytree_node=False)
+    half_range: Any = struct.field(pytree_node=False)
+
+    @classmethod
+    def of(cls, spec: EnvSpec) -> ActionScale:
         low, high = action_bounds(spec)
-        self.center, self.half_range = (high + low) / 2.0, (high - low) / 2.0
-        hidden = tuple(cfg.hidden_sizes)
-        self.actor = MLP(hidden, 2 * self.action_dim, cfg.activation)
-        self.critic = Critic(hidden, cfg.activation)
-        self.target_entropy = (
-            cfg.target_entropy if cfg.target_entropy is not None else -float(self.action_dim)
-        )
-        self.optimizers = {
-            "actor": optax.adam(cfg.actor_lr),
-            "critic": optax.adam(cfg.critic_lr),
-            "alpha": optax.adam(cfg.alpha_lr),
-        }
+        return cls(center=(high + low) / 2.0, half_range=(high - low) / 2.0)
 
-    def init(self, key: jax.Array) -> SACState:
-        k_actor, k_critic = jax.random.split(key)
-        obs = jnp.zeros((1, *self.spec.obs_shape), jnp.float32)
-        action = jnp.zeros((1, self.action_dim), jnp.float32)
-        actor = self.actor.init(k_actor, obs)
-        # The twin critics: two inits, one per key, never one batched QR (see one_key_at_a_time).
-        critic = jax.vmap(one_key_at_a_time(lambda k: self.critic.init(k, obs, action)))(
-            jax.random.split(k_critic, 2)
-        )
-        params = {
-            "actor": actor,
-            "critic": critic,
-            "log_alpha": jnp.asarray(np.log(self.cfg.init_alpha), jnp.float32),
-        }
-        opt_state = {
-            "actor": self.optimizers["actor"].init(actor),
-            "critic": self.optimizers["critic"].init(critic),
-            "alpha": self.optimizers["alpha"].init(params["log_alpha"]),
-        }
-        return SACState(
-            params=params,
-            target_critic=critic,
-            opt_state=opt_state,
-            acting=actor,
-            schedule=Schedule.zeros(),
-            priorities=self.init_priorities(),
-        )
-
-    def acting_params(self, train_state: SACState) -> dict[str, Any]:
-        return {"actor": train_state.acting, "random": ~self.learning(train_state)}
-
-    def _policy(self, actor: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        out = self.actor.apply(actor, obs.astype(jnp.float32))
-        mean, log_std = jnp.split(out, 2, -1)  # type: ignore[arg-type]
-        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
-
-    def _q(self, critic: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
-        """Both Q-networks: f32[2, batch]; action in [-1, 1]."""
-        q = jax.vmap(self.critic.apply, (0, None, None))(critic, obs.astype(jnp.float32), action)
-        return q  # type: ignore[return-value]
-
-    def to_env(self, action: jax.Array) -> jax.Array:
-        """[-1, 1] -> [low, high], shaped [batch, *action_shape]."""
+    def to_env(self, action: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """[-1, 1] -> [low, high], shaped [batch, *shape]."""
         scaled = action * self.half_range.ravel() + self.center.ravel()
-        return scaled.reshape((action.shape[0], *self.spec.action.shape))
+        return scaled.reshape((action.shape[0], *shape))
 
     def from_env(self, action: jax.Array) -> jax.Array:
         flat = action.reshape((action.shape[0], -1)).astype(jnp.float32)
         return (flat - self.center.ravel()) / self.half_range.ravel()
 
-    def act(self, params, obs, key, deterministic):
+
+def twin_critic_init(critic: nn.Module, key: jax.Array, obs: jax.Array, action: jax.Array):
+    """Two critics' params stacked on a leading axis: two inits, one per key, never one
+    batched QR (see `one_key_at_a_time`)."""
+    init = one_key_at_a_time(lambda k, o, a: critic.init(k, o, a))
+    return jax.vmap(init, (0, None, None))(jax.random.split(key, 2), obs, action)
+
+
+def twin_q(critic: nn.Module, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
+    """Both Q-networks: f32[2, batch]; action in [-1, 1]."""
+    q = jax.vmap(critic.apply, (0, None, None))(params, obs.astype(jnp.float32), action)
+    return q  # type: ignore[no-any-return]
+
+
+def sac(
+    actor: nn.Module,
+    critic: nn.Module,
+    spec: EnvSpec,
+    replay: Replay,
+    *,
+    autotune: bool = True,
+    hparams: SACHParams | None = None,
+) -> Algorithm:
+    """SAC with `actor` (obs -> [batch, 2 * action_dim]: mean and log-std) and `critic`
+    ((obs, action) -> [batch]), twin critics from two inits of `critic`."""
+    if spec.action.discrete:
+        raise ValueError(
+            f"algo.name=sac needs continuous actions; env {spec.env_id!r} has discrete ones "
+            "(use algo.name=dqn or ppo)"
+        )
+    action_dim = int(np.prod(spec.action.shape))
+    scale = ActionScale.of(spec)
+
+    def optimizers(hp: SACHParams) -> dict[str, optax.GradientTransformation]:
+        return {
+            "actor": adam(hp.actor_lr),
+            "critic": adam(hp.critic_lr),
+            "alpha": adam(hp.alpha_lr),
+        }
+
+    def init(key: jax.Array, hp: SACHParams) -> SACState:
+        k_actor, k_critic = jax.random.split(key)
+        obs = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+        action = jnp.zeros((1, action_dim), jnp.float32)
+        actor_params = actor.init(k_actor, obs)
+        critic_params = twin_critic_init(critic, k_critic, obs, action)
+        params = {
+            "actor": actor_params,
+            "critic": critic_params,
+            "log_alpha": jnp.log(jnp.asarray(hp.init_alpha, jnp.float32)),
+        }
+        tx = optimizers(hp)
+        opt_state = {
+            "actor": tx["actor"].init(actor_params),
+            "critic": tx["critic"].init(critic_params),
+            "alpha": tx["alpha"].init(params["log_alpha"]),
+        }
+        return SACState(
+            params=params,
+            target_critic=critic_params,
+            opt_state=opt_state,
+            acting=actor_params,
+            schedule=Schedule.zeros(),
+            priorities=replay.init_priorities(),
+        )
+
+    def acting_params(train_state: SACState, hp: SACHParams) -> dict[str, Any]:
+        return {"actor": train_state.acting, "random": ~replay.learning(train_state)}
+
+    def policy(actor_params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        out = actor.apply(actor_params, obs.astype(jnp.float32))
+        mean, log_std = jnp.split(out, 2, -1)  # type: ignore[arg-type]
+        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+    def act(params, obs, key, deterministic):
         """obs: [num_envs, *obs_shape] -> (env-scaled action [num_envs, *action_shape], {})."""
-        mean, log_std = self._policy(params["actor"], obs)
+        mean, log_std = policy(params["actor"], obs)
         if deterministic:
-            return self.to_env(jnp.tanh(mean)), {}
+            return scale.to_env(jnp.tanh(mean), spec.action.shape), {}
         k_policy, k_random = jax.random.split(key)
         sampled, _ = squashed_gaussian(mean, log_std, k_policy)
         uniform = jax.random.uniform(k_random, sampled.shape, minval=-1.0, maxval=1.0)
-        return self.to_env(jnp.where(params["random"], uniform, sampled)), {}
+        return scale.to_env(jnp.where(params["random"], uniform, sampled), spec.action.shape), {}
 
-    def _step(self, carry, tr, weights, key):
-        cfg = self.cfg
-        params, target_critic, opt_state = carry
-        k_next, k_new = jax.random.split(key)
-        alpha = jnp.exp(params["log_alpha"])
-        action = self.from_env(tr.action)
+    def train(
+        train_state: SACState,
+        buffer: replay_buffer.ReplayBuffer,
+        batch: ReplayBatch,
+        key: jax.Array,
+        hp: SACHParams,
+    ):
+        tx = optimizers(hp)
 
-        mean, log_std = self._policy(params["actor"], tr.next_obs)
-        next_action, next_log_prob = squashed_gaussian(mean, log_std, k_next)
-        next_q = self._q(target_critic, tr.next_obs, next_action).min(0)
-        not_done = 1.0 - tr.terminated.astype(jnp.float32)
-        target = tr.reward + cfg.gamma * not_done * (next_q - alpha * next_log_prob)
-        target = jax.lax.stop_gradient(target)
+        def step(carry, tr, weights, key):
+            params, target_critic, opt_state = carry
+            k_next, k_new = jax.random.split(key)
+            alpha = jnp.exp(params["log_alpha"])
+            action = scale.from_env(tr.action)
 
-        def critic_loss(critic):
-            q = self._q(critic, tr.obs, action)  # [2, batch]
-            td = q - target
-            return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
+            mean, log_std = policy(params["actor"], tr.next_obs)
+            next_action, next_log_prob = squashed_gaussian(mean, log_std, k_next)
+            next_q = twin_q(critic, target_critic, tr.next_obs, next_action).min(0)
+            not_done = 1.0 - tr.terminated.astype(jnp.float32)
+            target = tr.reward + hp.gamma * not_done * (next_q - alpha * next_log_prob)
+            target = jax.lax.stop_gradient(target)
 
-        grads, (td, q_mean) = jax.grad(critic_loss, has_aux=True)(params["critic"])
-        updates, critic_opt = self.optimizers["critic"].update(grads, opt_state["critic"])
-        critic = optax.apply_updates(params["critic"], updates)
+            def critic_loss(critic_params):
+                q = twin_q(critic, critic_params, tr.obs, action)  # [2, batch]
+                td = q - target
+                return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
 
-        def actor_loss(actor):
-            mean, log_std = self._policy(actor, tr.obs)
-            new_action, log_prob = squashed_gaussian(mean, log_std, k_new)
-            q = self._q(critic, tr.obs, new_action).min(0)
-            return (alpha * log_prob - q).mean(), log_prob
+            grads, (td, q_mean) = jax.grad(critic_loss, has_aux=True)(params["critic"])
+            updates, critic_opt = tx["critic"].update(grads, opt_state["critic"])
+            critic_params = optax.apply_updates(params["critic"], updates)
 
-        (loss_actor, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(
-            params["actor"]
-        )
-        updates, actor_opt = self.optimizers["actor"].update(grads, opt_state["actor"])
-        actor = optax.apply_updates(params["actor"], updates)
+            def actor_loss(actor_params):
+                mean, log_std = policy(actor_params, tr.obs)
+                new_action, log_prob = squashed_gaussian(mean, log_std, k_new)
+                q = twin_q(critic, critic_params, tr.obs, new_action).min(0)
+                return (alpha * log_prob - q).mean(), log_prob
 
-        log_alpha, alpha_opt = params["log_alpha"], opt_state["alpha"]
-        if cfg.autotune:
-            entropy_gap = jax.lax.stop_gradient(log_prob + self.target_entropy).mean()
-            grad = -entropy_gap  # d/d log_alpha of mean(-log_alpha * (log_prob + target))
-            update, alpha_opt = self.optimizers["alpha"].update(grad, alpha_opt)
-            log_alpha = optax.apply_updates(log_alpha, update)
+            (loss_actor, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(
+                params["actor"]
+            )
+            updates, actor_opt = tx["actor"].update(grads, opt_state["actor"])
+            actor_params = optax.apply_updates(params["actor"], updates)
 
-        target_critic = optax.incremental_update(critic, target_critic, cfg.tau)
-        metrics = {
-            "train/critic_loss": (td**2).mean(),
-            "train/actor_loss": loss_actor,
-            "train/alpha": jnp.exp(log_alpha),
-            "train/entropy": -log_prob.mean(),
-            "train/q_mean": q_mean,
-        }
-        params = {"actor": actor, "critic": critic, "log_alpha": log_alpha}
-        opt_state = {"actor": actor_opt, "critic": critic_opt, "alpha": alpha_opt}
-        return (params, target_critic, opt_state), metrics, td
+            log_alpha, alpha_opt = params["log_alpha"], opt_state["alpha"]
+            if autotune:
+                entropy_gap = jax.lax.stop_gradient(log_prob + hp.target_entropy).mean()
+                grad = -entropy_gap  # d/d log_alpha of mean(-log_alpha * (log_prob + target))
+                update, alpha_opt = tx["alpha"].update(grad, alpha_opt)
+                log_alpha = optax.apply_updates(log_alpha, update)
 
-    def train(self, train_state: SACState, buffer: replay.ReplayBuffer, batch: ReplayBatch, key):
+            target_critic = optax.incremental_update(critic_params, target_critic, hp.tau)
+            metrics = {
+                "train/critic_loss": (td**2).mean(),
+                "train/actor_loss": loss_actor,
+                "train/alpha": jnp.exp(log_alpha),
+                "train/entropy": -log_prob.mean(),
+                "train/q_mean": q_mean,
+            }
+            params = {"actor": actor_params, "critic": critic_params, "log_alpha": log_alpha}
+            opt_state = {"actor": actor_opt, "critic": critic_opt, "alpha": alpha_opt}
+            return (params, target_critic, opt_state), metrics, td
+
         s = train_state
         carry = (s.params, s.target_critic, s.opt_state)
-        (params, target_critic, opt_state), metrics, priorities = self.gradient_steps(
-            s, buffer, batch, key, self._step, carry
-        )
-        steps = jnp.where(self.learning(s), self.grad_steps, 0)
-        schedule = s.schedule.replace(
-            updates=s.schedule.updates + 1, grad_steps=s.schedule.grad_steps + steps
+        (params, target_critic, opt_state), metrics, priorities = replay.gradient_steps(
+            s, buffer, batch, key, hp, step, carry
         )
         new_state = s.replace(
             params=params,
             target_critic=target_critic,
             opt_state=opt_state,
-            acting=self.refresh_acting(s, s.acting, params["actor"]),
-            schedule=schedule,
+            acting=replay.refresh_acting(s, s.acting, params["actor"]),
+            schedule=replay.count_update(s),
             priorities=priorities,
         )
         return new_state, metrics
+
+    return Algorithm(
+        name="sac",
+        hparams=hparams if hparams is not None else SACHParams(target_entropy=-float(action_dim)),
+        init=init,
+        acting_params=acting_params,
+        act=act,
+        init_buffer=replay.init_buffer,
+        complete_trajectory=replay.complete_trajectory,
+        add_to_buffer=replay.add_to_buffer,
+        update_dataset=replay.update_dataset,
+        train=train,
+        grad_steps_per_epoch=replay.grad_steps,
+        on_policy=False,
+        static={"actor": actor, "critic": critic},
+    )
+
+
+class SACConfig(OffPolicyConfig):
+    name: Literal["sac"] = "sac"
+    train_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
+    )
+    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
+    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [256, 256], description="MLP widths (actor and both critics)"
+    )
+    actor_lr: float = Field(3e-4, gt=0, description="actor Adam learning rate")
+    critic_lr: float = Field(3e-4, gt=0, description="critic Adam learning rate")
+    alpha_lr: float = Field(3e-4, gt=0, description="entropy-temperature Adam learning rate")
+    tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target critics")
+    init_alpha: float = Field(1.0, gt=0, description="initial entropy temperature")
+    autotune: bool = Field(True, description="tune alpha towards target_entropy")
+    target_entropy: float | None = Field(None, description="entropy target (null: -action_dim)")
+
+    def hparams(self, spec: EnvSpec) -> SACHParams:
+        target = self.target_entropy
+        return SACHParams(
+            actor_lr=self.actor_lr,
+            critic_lr=self.critic_lr,
+            alpha_lr=self.alpha_lr,
+            gamma=self.gamma,
+            tau=self.tau,
+            init_alpha=self.init_alpha,
+            target_entropy=-float(np.prod(spec.action.shape)) if target is None else target,
+            priority_alpha=self.priority_alpha,
+            priority_beta=self.priority_beta,
+            priority_eps=self.priority_eps,
+        )
+
+    def build(
+        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
+    ) -> Algorithm:
+        """network: an injected (actor, critic) pair; default MLPs of `hidden_sizes`."""
+        hidden = tuple(self.hidden_sizes)
+        action_dim = int(np.prod(spec.action.shape))
+        actor, critic = network or (
+            MLP(hidden, 2 * action_dim, self.activation),
+            Critic(hidden, self.activation),
+        )
+        return sac(
+            actor,
+            critic,
+            spec,
+            self.replay(num_envs, num_epochs),
+            autotune=self.autotune,
+            hparams=self.hparams(spec),
+        )

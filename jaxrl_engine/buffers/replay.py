@@ -1,7 +1,7 @@
 """The replay buffer: a fixed-shape ring buffer of transitions, `[capacity_per_env, num_envs, ...]`.
 
 Every leaf of `ReplayBuffer.data` has the env axis second, like the rollout buffer
-(`[num_steps, num_envs, ...]`), so `distributed.mesh.state_sharding` shards it over the `data`
+(`[num_steps, num_envs, ...]`), so `core.sharding.state_sharding` shards it over the `data`
 mesh axis with no special case: each device stores the transitions of its own envs.
 
 All functions are pure and jittable; shapes never change. Two modes:

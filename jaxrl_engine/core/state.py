@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-Metrics = dict[str, jax.Array]
+from jaxrl_engine.core.protocols import Metrics
 
 
 class EnvCarry(struct.PyTreeNode):
@@ -58,6 +58,7 @@ class EngineState(struct.PyTreeNode):
     eval_params / eval_version: what rollout and evaluate act with; `sync_weights` refreshes them.
     env: batched env state and last observation. buffer: rollout or replay storage.
     batch: what `update_dataset` prepared for `train`. rng: PRNG key. counters, stats.
+    hparams: the algorithm's numeric hyperparameters (traced: `vmap` sweeps them).
     """
 
     train: Any
@@ -69,6 +70,30 @@ class EngineState(struct.PyTreeNode):
     rng: jax.Array
     counters: Counters
     stats: EpisodeStats
+    hparams: Any
 
 
 Phase = Callable[[EngineState], tuple[EngineState, Metrics]]
+
+
+def get_path(tree: Any, path: str) -> Any:
+    """`get_path(state, "train.opt_state")`: attribute (or dict key) access by dotted path."""
+    for part in path.split("."):
+        tree = tree[part] if isinstance(tree, dict) else getattr(tree, part)
+    return tree
+
+
+def set_path(tree: Any, path: str, value: Any) -> Any:
+    """A copy of `tree` with the leaf at the dotted `path` replaced (dataclass `.replace`)."""
+    head, _, rest = path.partition(".")
+    child = tree[head] if isinstance(tree, dict) else getattr(tree, head)
+    new = set_path(child, rest, value) if rest else value
+    if isinstance(tree, dict):
+        return {**tree, head: new}
+    return tree.replace(**{head: new})
+
+
+def hparams_arrays(hparams: Any) -> Any:
+    """`hparams` with every leaf a (not weakly typed) array: Python floats become f32[], so
+    the state's signature is the same whether the values came from a config or a sweep."""
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), hparams)

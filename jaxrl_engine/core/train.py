@@ -1,4 +1,4 @@
-"""`make_train(cfg)`: the whole training as one pure function of a PRNG key."""
+"""`make_train(engine)`: the whole training as one pure function of a key and hyperparameters."""
 
 from __future__ import annotations
 
@@ -8,22 +8,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_engine.core.engine import Engine, build
+from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState, Metrics
-from jaxrl_engine.io.config import Config
 
 
-def make_train(
-    cfg: Config, **build_kwargs: Any
-) -> Callable[[jax.Array], tuple[EngineState, Metrics]]:
-    """`train(key) -> (state, metrics)`: `lax.scan` over epochs, evaluating every
-    `eval.interval` epochs and at the end; `jax.jit(jax.vmap(train))(keys)` trains many seeds.
+def make_train(engine: Engine) -> Callable[..., tuple[EngineState, Metrics]]:
+    """`train(key, hparams=None) -> (state, metrics)`: `lax.scan` over the engine's epochs,
+    evaluating every `eval_interval` epochs and at the end. hparams: the algorithm's `HParams`
+    (default: the engine's), traced, so `jax.jit(jax.vmap(train))(keys, stacked_hparams)`
+    trains many seeds and hyperparameter settings in one program.
 
     metrics: per-epoch metrics stacked over `num_epochs`, and `evaluate/*` stacked over the
-    evaluations (every `eval.interval` epochs, plus one after the last if it was not one).
+    evaluations (every `eval_interval` epochs, plus one after the last if it was not one).
+    `train.engine` is the engine.
     """
-    engine: Engine = build(cfg, **build_kwargs)
-    interval = cfg.eval.interval
+    interval = engine.eval_interval
     blocks, rest = divmod(engine.num_epochs, interval)
     evaluate = engine.pure_phases["evaluate"]
 
@@ -35,8 +34,8 @@ def make_train(
         state, eval_metrics = evaluate(state)
         return state, (metrics, eval_metrics)
 
-    def train(key: jax.Array) -> tuple[EngineState, Metrics]:
-        state = engine.init_pure(key)
+    def train(key: jax.Array, hparams: Any = None) -> tuple[EngineState, Metrics]:
+        state = engine.init_pure(key, hparams)
         epoch_metrics, eval_metrics = [], []
         if blocks:
             state, (m, e) = jax.lax.scan(block, state, None, length=blocks)

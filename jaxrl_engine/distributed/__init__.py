@@ -1,5 +1,5 @@
-"""Meshes and state placement: one code path from one CPU to many devices."""
+"""Scale beyond one compiled program: the actor-learner split (`run_split`)."""
 
-from jaxrl_engine.distributed.mesh import data_mesh, state_sharding
+from jaxrl_engine.distributed.split import run_split
 
-__all__ = ["data_mesh", "state_sharding"]
+__all__ = ["run_split"]

@@ -26,8 +26,7 @@ from typing import Any
 
 import jax
 
-from jaxrl_engine.algos.off_policy import OffPolicy
-from jaxrl_engine.core.hooks import check_guards
+from jaxrl_engine.core.nan_guard import check_guards
 from jaxrl_engine.core.state import EngineState, Metrics
 
 ACTOR_STREAM = 0xAC7  # fold_in constant: the actor's own PRNG stream
@@ -41,16 +40,11 @@ def split_functions(engine: Any) -> tuple[Any, Any]:
 
     def act(params: Any, env: Any, stats: Any, rng: jax.Array):
         rng, key = jax.random.split(rng)
-        env, stats, trajectory, metrics = engine._collect(params, env, stats, key)
+        env, stats, trajectory, metrics = engine.builder.collect(params, env, stats, key)
         return env, stats, rng, trajectory, metrics
 
     def learn(state: EngineState, trajectory: Any) -> tuple[EngineState, Metrics]:
-        state = state.replace(
-            buffer=engine.algo.add_to_buffer(state.buffer, trajectory),
-            counters=state.counters.replace(
-                env_steps=state.counters.env_steps + engine.steps_per_epoch
-            ),
-        )
+        state = engine.builder.store(state, trajectory)
         metrics: Metrics = {}
         for name in LEARNER_PHASES:
             state, m = engine.pure_phases[name](state)
@@ -74,13 +68,13 @@ def run_split(
     `NonFiniteError` (after the run: the metrics are read once, at the end, so that nothing
     waits in between) when `nan_guard` flagged a learner phase.
     """
-    if not isinstance(engine.algo, OffPolicy):
+    if engine.algo.on_policy:
         raise ValueError(
-            f"run_split: algo.name={engine.cfg.algo.name!r} is on-policy; the actor-learner "
+            f"run_split: algo.name={engine.algo.name!r} is on-policy; the actor-learner "
             "split trains on data one epoch old, which only off-policy algorithms (dqn, sac) "
             "accept"
         )
-    if engine.cfg.offload:
+    if engine.offload:
         raise ValueError("run_split: offload=true is not supported (each half owns its device)")
     if num_epochs < 1:
         raise ValueError(f"run_split: num_epochs={num_epochs} must be >= 1")

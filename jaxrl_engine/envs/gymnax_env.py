@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from gymnax.environments import spaces
 
-from jaxrl_engine.envs.protocol import ActionSpec, EnvSpec
+from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
 
 # Envs that fetch data at run time (the engine never downloads at run time).
 _EXCLUDED = {"MNISTBandit-bsuite": "it downloads MNIST when created"}

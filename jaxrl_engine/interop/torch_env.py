@@ -24,8 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.core.engine import EPOCH_PHASES
-from jaxrl_engine.core.hooks import chain, check_guards, timed
+from jaxrl_engine.core.hooks import chain
+from jaxrl_engine.core.nan_guard import check_guards
+from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.timing import timed
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
 
 if TYPE_CHECKING:
@@ -165,7 +167,7 @@ class TorchSimRollout:
 
         if self._obs is None:
             self.reset()
-        num_steps = self.engine.cfg.algo.num_steps
+        num_steps = self.engine.num_steps
         rng, key = jax.random.split(state.rng)
         keys = jax.random.split(key, num_steps)
         steps: list[Transition] = []
@@ -208,15 +210,12 @@ class TorchSimRollout:
         episode_length = float(torch.cat(lengths).float().mean()) if finished.numel() else np.nan
         last_obs = from_torch(self._obs, copy="always", report=self.report)
         state = state.replace(
-            buffer=self.algo.add_to_buffer(state.buffer, trajectory),
             env=state.env.replace(
                 obs=last_obs, done=trajectory.terminated[-1] | trajectory.truncated[-1]
             ),
             rng=rng,
-            counters=state.counters.replace(
-                env_steps=state.counters.env_steps + num_steps * self.sim.num_envs
-            ),
         )
+        state = self.engine.builder.store(state, trajectory)
         return state, {
             "rollout/episode_return": jnp.float32(episode_return),
             "rollout/episode_length": jnp.float32(episode_length),
@@ -262,7 +261,7 @@ class TorchSimRollout:
             check_guards(host_metrics, self.engine.guarded_names, int(state.counters.epoch))
         jax.block_until_ready(state)
         seconds = time.perf_counter() - start
-        steps = num_epochs * self.engine.cfg.algo.num_steps * self.sim.num_envs
+        steps = num_epochs * self.engine.steps_per_epoch
         return state, {
             "seconds": seconds,
             "steps_per_second": steps / seconds,

@@ -34,14 +34,15 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from jaxrl_engine.io.config import config_changes
+
 if TYPE_CHECKING:
     from jaxrl_engine.core.engine import Engine
     from jaxrl_engine.core.state import EngineState
 
-FORMAT = 1
+FORMAT = 2  # 2: the state carries `hparams`
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
-IGNORED_CONFIG_KEYS = ("name", "run_dir", "progress")  # where and how a run shows, not what
 
 
 class CheckpointError(ValueError):
@@ -94,27 +95,6 @@ def layout(state: Any) -> list[dict[str, Any]]:
 def _flatten(state: Any) -> tuple[list[jax.Array], list[dict[str, Any]]]:
     arrays = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(state)]
     return arrays, layout(state)
-
-
-def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"algo": {"lr": 1}}` -> `{"algo.lr": 1}` (dicts of env params stay whole)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and key not in ("params", "env_params"):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`key: old -> new` for each config key that differs (run location keys ignored)."""
-    a, b = flat_config(old), flat_config(new)
-    return [
-        f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
-        for k in sorted(set(a) | set(b))
-        if k not in IGNORED_CONFIG_KEYS and a.get(k, "<unset>") != b.get(k, "<unset>")
-    ]
 
 
 def _describe(leaf: dict[str, Any]) -> str:
@@ -273,8 +253,13 @@ class Checkpointer:
             )
         return epoch
 
-    def check_compatible(self, info: CheckpointInfo, engine: Engine) -> None:
-        """Refuse a checkpoint whose leaves differ (path, shape, dtype) from the engine's state."""
+    def check_compatible(
+        self, info: CheckpointInfo, engine: Engine, config: dict[str, Any] | None = None
+    ) -> None:
+        """Refuse a checkpoint whose leaves differ (path, shape, dtype) from the engine's state.
+
+        config: the resolved config the engine was built from (its differences from the
+        checkpoint's are named in the message)."""
         expected = layout(engine.state_shape)
         stored = info.leaves
         problems = []
@@ -297,7 +282,7 @@ class Checkpointer:
         # Observations and actions first: they say which env/network shapes disagree.
         problems.sort(key=lambda text: not text.startswith((".env.obs", ".buffer.action")))
         if problems:
-            changes = config_changes(info.config, engine.cfg.model_dump(mode="json"))
+            changes = config_changes(info.config, config) if config is not None else []
             shown = "; ".join(problems[:3]) + (
                 f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             )
@@ -313,7 +298,7 @@ class Checkpointer:
             )
 
     def restore(
-        self, engine: Engine, epoch: int | None = None
+        self, engine: Engine, epoch: int | None = None, config: dict[str, Any] | None = None
     ) -> tuple[EngineState, CheckpointInfo]:
         """The saved state (default: latest) placed with `engine.state_sharding`, and its info.
 
@@ -323,7 +308,7 @@ class Checkpointer:
         """
         ocp = self._ocp
         info = self.info(epoch)
-        self.check_compatible(info, engine)
+        self.check_compatible(info, engine, config)
         shapes, treedef = jax.tree.flatten(engine.state_shape)
         shardings = jax.tree.leaves(engine.state_sharding)
         # Stored leaves are matched to the engine's by path (check_compatible made them agree).

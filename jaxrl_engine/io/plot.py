@@ -17,31 +17,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from jaxrl_engine.io.config import flat_config, is_presentation_key
+
 EVAL_RETURN = "evaluate/episode_return"
-# Config keys that say where and how a run is shown or stored, not what it trains.
-NOT_GROUPING = (
-    "seed",
-    "name",
-    "run_dir",
-    "progress",
-    "profile",
-    "compile_cache_dir",
-    "loggers",
-    "wandb.",
-    "save_interval",
-    "keep_checkpoints",
-)
-
-
-def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"algo": {"lr": 1e-3}} -> {"algo.lr": 1e-3}."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            flat.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 @dataclass
@@ -85,7 +63,7 @@ def _grouping_key(run: Run) -> tuple[tuple[str, str], ...]:
         sorted(
             (k, json.dumps(v))
             for k, v in run.config.items()
-            if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in NOT_GROUPING)
+            if k != "seed" and not is_presentation_key(k)
         )
     )
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_engine.core.hooks import get_path, set_path
+from jaxrl_engine.core.state import get_path, set_path
 
 DATA = "data"
 

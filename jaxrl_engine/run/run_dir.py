@@ -8,6 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
+from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.io.config import Config, dump_config
 from jaxrl_engine.io.logging import make_loggers
 
@@ -80,3 +84,25 @@ def write_metrics_lines(run_path: Path, lines: list[str]) -> None:
     tmp = run_path / "metrics.jsonl.tmp"
     tmp.write_text("".join(line + "\n" for line in lines))
     os.replace(tmp, run_path / "metrics.jsonl")
+
+
+def write_failing_batch(
+    out: RunDir, state: EngineState, metrics: dict[str, Any], epoch: int
+) -> Path:
+    """The failing epoch's rollout buffer, prepared batch, last observations and metrics."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, tree in (
+        ("buffer", state.buffer),
+        ("batch", state.batch),
+        ("env.obs", state.env.obs),
+    ):
+        for keys, leaf in jax.tree_util.tree_flatten_with_path(jax.device_get(tree))[0]:
+            arrays[name + jax.tree_util.keystr(keys)] = np.asarray(leaf)
+    for name, value in metrics.items():
+        arrays[f"metrics/{name}"] = np.asarray(value)
+    target = out.path / f"nonfinite_epoch_{epoch}.npz"
+    tmp = out.path / f"nonfinite_epoch_{epoch}.tmp.npz"
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+    tmp.replace(target)
+    return target

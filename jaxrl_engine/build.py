@@ -1,0 +1,175 @@
+"""The composition root: `Config` -> `Engine` (env, algorithm, mesh, hooks, driver).
+
+Everything that reads a config to choose a concrete piece lives here: the gymnax env and its
+evaluation params, the algorithm from the registry (with a torch policy or learner injected
+when `algo.torch_policy` says so), the mesh, the compile cache and the driver with its host
+hooks. `make_train`, `hparams` and `resume` are built on the same path.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jax.sharding import Mesh
+
+from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.hooks import Hook
+from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
+from jaxrl_engine.core.sharding import data_mesh
+from jaxrl_engine.core.state import EngineState, Metrics, Phase
+from jaxrl_engine.core.train import make_train as make_engine_train
+from jaxrl_engine.envs.gymnax_env import make_env
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+from jaxrl_engine.io.compile_cache import enable_compile_cache
+from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
+from jaxrl_engine.run.driver import Driver
+from jaxrl_engine.run.host_hooks import HostHook
+from jaxrl_engine.run.run_dir import write_metrics_lines
+
+
+def num_epochs(cfg: Config) -> int:
+    """Whole epochs covering `total_env_steps`."""
+    return math.ceil(cfg.total_env_steps / (cfg.algo.num_steps * cfg.env.num_envs))
+
+
+def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
+    """The configured algorithm for `spec`; PPO with `algo.torch_policy` acts (and, with
+    `learner: torch`, trains) through a torch module."""
+    algo = cfg.algo
+    epochs = num_epochs(cfg)
+    torch_cfg = getattr(algo, "torch_policy", None)
+    if torch_cfg is None:
+        return algo.build(spec, cfg.env.num_envs, epochs)
+    from jaxrl_engine.interop.torch_learner import with_torch_learner
+    from jaxrl_engine.interop.torch_policy import build_torch_policy
+
+    network = build_torch_policy(torch_cfg, spec, algo.hidden_sizes, algo.activation)
+    algorithm = algo.build(spec, cfg.env.num_envs, epochs, network=network)
+    if torch_cfg.learner == "torch":
+        grad_steps = epochs * algorithm.grad_steps_per_epoch
+        algorithm = with_torch_learner(
+            algorithm,
+            network,
+            update_epochs=algo.update_epochs,
+            num_minibatches=algo.num_minibatches,
+            total_grad_steps=max(1, grad_steps) if algo.anneal_lr else None,
+            normalize_obs=algo.normalize_obs,
+        )
+    return algorithm
+
+
+def hparams(cfg: Config) -> Any:
+    """The config's numeric hyperparameters as the algorithm's `HParams` pytree:
+    `jre.hparams(cfg).replace(lr=...)`."""
+    env = make_env(cfg.env.id, cfg.env.params)
+    return cfg.algo.hparams(env.spec(env.params))
+
+
+def build(
+    cfg: Config,
+    *,
+    env: Env | None = None,
+    algorithm: Algorithm | None = None,
+    mesh: Mesh | None = None,
+    hooks: Mapping[str, Sequence[Hook]] | None = None,
+    phases: Mapping[str, Phase] | None = None,
+    host_hooks: Sequence[HostHook] = (),
+) -> Engine:
+    """The `Engine` for a config; keyword arguments inject an env (any `Env`), an algorithm,
+    a mesh, per-phase hooks, replacement phases or host hooks for the driver."""
+    if cfg.compile_cache_dir:
+        enable_compile_cache(cfg.compile_cache_dir)
+    env = env if env is not None else make_env(cfg.env.id, cfg.env.params)
+    eval_params = env.params.replace(**cfg.eval.env_params) if cfg.eval.env_params else None
+    mesh = mesh if mesh is not None else data_mesh()
+    for key, n in (("env.num_envs", cfg.env.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
+        if n % mesh.size:
+            raise ConfigError(
+                f"{key}={n} must be a multiple of the {mesh.size} devices of the 'data' mesh axis"
+            )
+    if algorithm is None:
+        try:
+            algorithm = make_algorithm(cfg, env.spec(env.params))
+        except ValueError as e:  # the algorithm does not fit the env (e.g. DQN on Pendulum)
+            raise ConfigError(str(e)) from None
+    return Engine(
+        env,
+        algorithm,
+        num_envs=cfg.env.num_envs,
+        num_steps=cfg.algo.num_steps,
+        num_epochs=num_epochs(cfg),
+        eval_env_params=eval_params,
+        eval_envs=cfg.eval.num_envs,
+        eval_interval=cfg.eval.interval,
+        mesh=mesh,
+        phases=phases,
+        hooks=hooks,
+        offload=cfg.offload,
+        nan_guard=cfg.nan_guard,
+        driver=Driver(cfg, host_hooks),
+    )
+
+
+def make_train(cfg: Config, **build_kwargs: Any) -> Callable[..., tuple[EngineState, Metrics]]:
+    """`train(key, hparams=None) -> (state, metrics)`: the whole training as one pure function
+    (`core.train.make_train` over `build(cfg)`); `jax.jit(jax.vmap(train))(keys, hparams)`
+    trains many seeds and hyperparameter settings at once."""
+    return make_engine_train(build(cfg, **build_kwargs))
+
+
+def resume(
+    run_dir: str | Path, overrides: list[str] | None = None, **build_kwargs: Any
+) -> tuple[Engine, EngineState]:
+    """Continue a run: `engine, state = resume("runs/x"); engine.run(state)`.
+
+    Builds the engine from the latest checkpoint's config (with dotted `overrides`, which may
+    not change any shape), restores the whole state onto the engine's shardings and puts the
+    run's `metrics.jsonl` back to the checkpoint's copy (records written after the checkpoint
+    are dropped: resuming computes them again, identically). The hyperparameters are the
+    resolved config's (an override of a numeric one applies from here on). Raises
+    `CheckpointError` or `ConfigError` with one clear message, before anything is compiled.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise CheckpointError(f"cannot resume: run directory {str(path)!r} does not exist")
+    if path.name == "checkpoints" or (path / "_CHECKPOINT_METADATA").exists():
+        raise CheckpointError(
+            f"cannot resume from {str(path)!r}: that is a checkpoint; pass its run directory "
+            f"({str(path.parent if path.name == 'checkpoints' else path.parent.parent)!r}), "
+            "which continues from its latest checkpoint"
+        )
+    if not (path / "checkpoints").is_dir():
+        raise CheckpointError(
+            f"cannot resume: {str(path)!r} has no checkpoints/ (is it a run directory? runs "
+            "with save_interval=0 write none)"
+        )
+    checkpoints = Checkpointer(path / "checkpoints", read_only=True)
+    try:
+        info = checkpoints.info()
+        for item in overrides or []:
+            if item.split("=", 1)[0] in ("name", "run_dir"):
+                raise ConfigError(
+                    f"override {item!r}: a resumed run stays in its run directory {str(path)!r}"
+                )
+        raw = copy.deepcopy(info.config)
+        raw.update(name=path.name, run_dir=str(path.parent))
+        cfg = config_from_dict(raw, overrides)
+        engine = build(cfg, **build_kwargs)
+        resolved = cfg.model_dump(mode="json")
+        state, info = checkpoints.restore(engine, info.epoch, config=resolved)
+    finally:
+        checkpoints.close()
+    state = engine.with_hparams(state, engine.hparams)
+    write_metrics_lines(path, info.metrics_lines)
+    changes = config_changes(info.config, resolved)
+    print(
+        f"jaxrl-engine: resuming {path} from its checkpoint of epoch {info.epoch}"
+        + (f", with config changes: {'; '.join(changes)}" if changes else ""),
+        file=sys.stderr,
+    )
+    return engine, state

@@ -1,0 +1,101 @@
+"""The NaN/Inf guard: a traced hook flags the first non-finite quantity; the host raises.
+
+Inside jit nothing can raise, so `nan_guard` adds a `guard/<phase>` metric (-1, or the index
+of the first bad quantity) and the driver's `check_guards` turns it into `NonFiniteError`
+naming phase, quantity and epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_engine.core.hooks import Hook
+from jaxrl_engine.core.state import EngineState, Metrics, Phase, get_path
+
+# What nan_guard checks besides each phase's metrics.
+GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
+# NaN by meaning until the first episode ends (not an error).
+MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
+
+
+def guard_key(phase_name: str) -> str:
+    return f"guard/{phase_name}"
+
+
+def guarded_quantities(
+    metric_names: Sequence[str], state_paths: Sequence[str], skip: Sequence[str] = ()
+) -> list[str]:
+    """The names behind a `nan_guard` index: the phase's metrics (sorted, less `skip`), then
+    the state paths."""
+    return sorted(n for n in metric_names if n not in skip and not n.startswith("guard/")) + list(
+        state_paths
+    )
+
+
+def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[str] = ()) -> Hook:
+    """Flag the first non-finite metric or state subtree after the phase.
+
+    Adds the metric `guard/<phase>`: -1 when everything is finite, else the index of the first
+    bad quantity in `guarded_quantities(...)`. Inside jit nothing can raise, so the driver
+    (`check_guards`) turns a flag into `NonFiniteError` naming phase, quantity and epoch.
+    skip: metrics that are NaN by meaning (e.g. "no episode finished yet", or what `every`
+    pads on epochs it skips).
+    """
+
+    def first_non_finite(values: list[Any]) -> jax.Array:
+        """Index of the first value holding a NaN/Inf, else -1; one check over everything
+        (concatenated), not one reduction per value: the guard runs every epoch."""
+        parts, ends, size = [], [], 0
+        for value in values:
+            for leaf in jax.tree.leaves(value):
+                leaf = jnp.asarray(leaf)
+                if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
+                    parts.append(leaf.ravel())
+                    size += leaf.size
+            ends.append(size)
+        if not parts:
+            return jnp.int32(-1)
+        bad = ~jnp.isfinite(jnp.concatenate(parts))  # promotes to the widest float type
+        first = jnp.argmax(bad)  # the first bad element; its value is the first ending after it
+        index = jnp.searchsorted(jnp.asarray(ends), first, side="right")
+        return jnp.where(bad.any(), index, -1).astype(jnp.int32)
+
+    def transform(phase: Phase) -> Phase:
+        def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
+            state, metrics = phase(state)
+            names = guarded_quantities(list(metrics), state_paths, skip)
+            metric_names = names[: len(names) - len(state_paths)]
+            values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
+            return state, {**metrics, guard_key(phase_name): first_non_finite(values)}
+
+        return wrapped
+
+    return transform
+
+
+class NonFiniteError(FloatingPointError):
+    """A `nan_guard` fired: names phase, quantity and epoch."""
+
+    def __init__(self, phase: str, quantity: str, epoch: int):
+        self.phase, self.quantity, self.epoch = phase, quantity, epoch
+        self.summary: dict[str, Any] | None = None  # the run's summary, when a driver stopped
+        super().__init__(
+            f"non-finite value in phase '{phase}', quantity '{quantity}', epoch {epoch}: "
+            "lower the learning rate, enable observation/reward normalisation, or check the env"
+        )
+
+
+def check_guards(metrics: dict[str, Any], guarded: dict[str, list[str]], epoch: int) -> None:
+    """Raise `NonFiniteError` for the first phase whose guard fired (host side).
+
+    epoch: counted from 1, as in `metrics.jsonl` (the epoch whose phases produced `metrics`).
+    """
+    for phase, names in guarded.items():
+        index = metrics.get(guard_key(phase))
+        if index is not None and int(np.asarray(index).max()) >= 0:
+            raise NonFiniteError(phase, names[int(np.asarray(index).max())], epoch)

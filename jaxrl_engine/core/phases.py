@@ -1,0 +1,216 @@
+"""The engine's five phases, each `state -> (state, metrics)`, built from an env and an algorithm.
+
+RLightning's `BaseEngine` order, per epoch: rollout -> update_dataset -> train -> sync_weights,
+with evaluate every `eval.interval` epochs. Every phase is pure; `Engine` jits and hooks them,
+and any of them can be replaced by a user's own (`Engine(..., phases={...})`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_engine.buffers.rollout import Transition
+from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec, Metrics
+from jaxrl_engine.core.state import EngineState, EnvCarry, EpisodeStats, Phase
+
+PHASES = ("rollout", "evaluate", "update_dataset", "train", "sync_weights")
+EPOCH_PHASES = ("rollout", "update_dataset", "train", "sync_weights")
+EVAL_STREAM = 0x0E7A1  # fold_in constant: evaluation never advances the training key
+
+
+def episode_stats(
+    stats: EpisodeStats, reward: jax.Array, done: jax.Array
+) -> tuple[EpisodeStats, Metrics]:
+    """Advance the running episode statistics over a rollout's `[T, N]` rewards and ends.
+
+    Vectorised, no loop: per env, the returns of the episodes that ended in the rollout sum to
+    the carried-in return plus the reward up to its last end (the sums between ends telescope);
+    likewise their lengths. What follows the last end is carried out.
+    """
+    T = reward.shape[0]
+    last = jnp.max(jnp.where(done, jnp.arange(T)[:, None], -1), axis=0)  # [N], -1: no end
+    ended = last >= 0
+    cumulative = jnp.cumsum(reward, axis=0)
+    upto_last = jnp.take_along_axis(cumulative, jnp.maximum(last, 0)[None], axis=0)[0]
+    count = done.sum(dtype=jnp.int32)
+    total = jnp.where(ended, stats.current_return + upto_last, 0.0).sum()
+    length_total = jnp.where(ended, stats.current_length + last + 1, 0).sum()
+    finished = count > 0
+    mean_return = jnp.where(finished, total / jnp.maximum(count, 1), stats.last_return)
+    mean_length = jnp.where(
+        finished, length_total / jnp.maximum(count, 1), stats.last_length
+    ).astype(jnp.float32)
+    new = EpisodeStats(
+        current_return=jnp.where(
+            ended, cumulative[-1] - upto_last, stats.current_return + cumulative[-1]
+        ),
+        current_length=jnp.where(ended, T - 1 - last, stats.current_length + T).astype(jnp.int32),
+        last_return=mean_return,
+        last_length=mean_length,
+        episodes=stats.episodes + count,
+    )
+    return new, {
+        "rollout/episode_return": mean_return,
+        "rollout/episode_length": mean_length,
+        "rollout/episodes": count,
+        "rollout/reward_mean": reward.mean(),
+    }
+
+
+def evaluate_episodes(
+    env: Env,
+    env_params: Any,
+    policy: Callable[[jax.Array, jax.Array], jax.Array],
+    num_episodes: int,
+    key: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Returns and lengths (`[num_episodes]`) of one episode per env, each to its end or the
+    env's step limit. policy: `policy(obs [n, *obs_shape], key) -> action` as the env takes it.
+
+    The one evaluation loop: the engine's `evaluate` phase and `jaxrl-engine eval` (an
+    exported policy) both run it.
+    """
+    max_steps = env.spec(env_params).max_episode_steps
+    k_reset, k_steps = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, (0, None))(
+        jax.random.split(k_reset, num_episodes), env_params
+    )
+    step_env = jax.vmap(env.step, (0, 0, 0, None))
+
+    def step(carry, key):
+        env_state, obs, ret, length, active = carry
+        obs, env_state, reward, terminated, truncated, _ = step_env(
+            jax.random.split(key, num_episodes), env_state, policy(obs, key), env_params
+        )
+        ret = ret + jnp.where(active, reward, 0.0)
+        length = length + active
+        active = active & ~(terminated | truncated)
+        return (env_state, obs, ret, length, active), None
+
+    n = num_episodes
+    init = (env_state, obs, jnp.zeros((n,)), jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool))
+    (_, _, ret, length, _), _ = jax.lax.scan(step, init, jax.random.split(k_steps, max_steps))
+    return ret, length
+
+
+@dataclass(frozen=True)
+class PhaseBuilder:
+    """The default phases of an env + algorithm pair (static sizes fixed here)."""
+
+    env: Env
+    algorithm: Algorithm
+    env_params: Any
+    eval_env_params: Any
+    num_envs: int
+    num_steps: int
+    eval_envs: int
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self.env.spec(self.env_params)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.num_steps * self.num_envs
+
+    def collect(self, params: Any, env: EnvCarry, stats: EpisodeStats, key: jax.Array):
+        """`num_steps` of (policy step, env step), vmapped over envs.
+
+        Returns (env, stats, trajectory, metrics). The scan carries only the env state and the
+        observation: on CPU each operation in the loop body costs a dispatch per step, so the
+        episode statistics are computed after it, vectorised over the trajectory.
+        """
+        algo, spec = self.algorithm, self.spec
+        step_env = jax.vmap(self.env.step, (0, 0, 0, None))
+
+        def step(carry, key: jax.Array):
+            env_state, last_obs = carry
+            k_act, k_env = jax.random.split(key)
+            action, extras = algo.act(params, last_obs, k_act, False)
+            obs, env_state, reward, terminated, truncated, info = step_env(
+                jax.random.split(k_env, self.num_envs),
+                env_state,
+                spec.action.clip(action),
+                self.env_params,
+            )
+            transition = Transition(
+                obs=last_obs,
+                action=action,
+                reward=reward.astype(jnp.float32),
+                terminated=terminated,
+                truncated=truncated,
+                next_obs=info["final_observation"],
+                extras=extras,
+            )
+            return (env_state, obs), transition
+
+        keys = jax.random.split(key, self.num_steps)
+        (env_state, obs), trajectory = jax.lax.scan(step, (env.state, env.obs), keys)
+        done = trajectory.terminated | trajectory.truncated  # [T, N]
+        stats, metrics = episode_stats(stats, trajectory.reward, done)
+        env = EnvCarry(env_state, obs, done[-1])
+        return env, stats, algo.complete_trajectory(params, trajectory), metrics
+
+    def store(self, state: EngineState, trajectory: Any) -> EngineState:
+        """The trajectory written to the buffer and counted in `counters.env_steps`."""
+        return state.replace(
+            buffer=self.algorithm.add_to_buffer(state.buffer, trajectory),
+            counters=state.counters.replace(
+                env_steps=state.counters.env_steps + self.steps_per_epoch
+            ),
+        )
+
+    def rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        env, stats, traj, metrics = self.collect(state.eval_params, state.env, state.stats, key)
+        state = self.store(state.replace(env=env, stats=stats, rng=rng), traj)
+        return state, metrics
+
+    def evaluate(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Deterministic actions on fresh eval envs (own env params); state is not advanced."""
+        algo, spec = self.algorithm, self.spec
+
+        def policy(obs: jax.Array, key: jax.Array) -> jax.Array:
+            return spec.action.clip(algo.act(state.eval_params, obs, key, True)[0])
+
+        key = jax.random.fold_in(state.rng, EVAL_STREAM)
+        ret, length = evaluate_episodes(self.env, self.eval_env_params, policy, self.eval_envs, key)
+        return state, {
+            "evaluate/episode_return": ret.mean(),
+            "evaluate/episode_return_std": ret.std(),
+            "evaluate/episode_length": length.mean().astype(jnp.float32),
+        }
+
+    def update_dataset(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        train_state, batch, metrics = self.algorithm.update_dataset(
+            state.train, state.buffer, key, state.hparams
+        )
+        return state.replace(train=train_state, batch=batch, rng=rng), metrics
+
+    def train(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        rng, key = jax.random.split(state.rng)
+        train_state, metrics = self.algorithm.train(
+            state.train, state.buffer, state.batch, key, state.hparams
+        )
+        counters = state.counters.replace(
+            grad_steps=state.counters.grad_steps + self.algorithm.grad_steps_per_epoch
+        )
+        return state.replace(train=train_state, rng=rng, counters=counters), metrics
+
+    def sync_weights(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """Train params -> acting params; closes the epoch (`counters.epoch += 1`)."""
+        state = state.replace(
+            eval_params=self.algorithm.acting_params(state.train, state.hparams),
+            eval_version=state.eval_version + 1,
+            counters=state.counters.replace(epoch=state.counters.epoch + 1),
+        )
+        return state, {"sync_weights/version": state.eval_version}
+
+    def phases(self) -> dict[str, Phase]:
+        return {name: getattr(self, name) for name in PHASES}

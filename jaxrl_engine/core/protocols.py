@@ -1,0 +1,110 @@
+"""The two protocols the core is written against: `Env` (gymnax 1.0) and `Algorithm`.
+
+An env steps one instance; the engine vmaps it over `num_envs`. `step` auto-resets: when
+`terminated | truncated`, the returned observation is the first of a new episode and
+`info["final_observation"]` is the last observation of the finished one.
+
+An algorithm is a bundle of pure functions (the way optax builds a `GradientTransformation`):
+no config object, numeric hyperparameters passed in as a traced `hparams` pytree, shapes fixed
+when the bundle is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+
+Metrics = dict[str, jax.Array]
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """Discrete (`num_actions` set) or continuous (`low`/`high` set) actions of one env."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    num_actions: int | None = None
+    low: float | tuple[float, ...] | None = None
+    high: float | tuple[float, ...] | None = None
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions is not None
+
+    def clip(self, action: jax.Array) -> jax.Array:
+        """What the env receives: continuous actions clipped to [low, high]."""
+        if self.discrete:
+            return action
+        low = jnp.asarray(self.low, jnp.float32).reshape(self.shape)
+        high = jnp.asarray(self.high, jnp.float32).reshape(self.shape)
+        return jnp.clip(action, low, high)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Shapes and dtypes of one env instance, read from the env itself."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: Any
+    action: ActionSpec
+    max_episode_steps: int
+
+
+class Env(Protocol):
+    """gymnax 1.0: `reset(key, params)`, `step(key, state, action, params)` (6-tuple).
+
+    params: the env's default parameters (a dataclass with `replace`); `spec(params)` reads
+    observation and action spaces and the episode limit for those parameters.
+    """
+
+    params: Any
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]: ...
+
+    def step(
+        self, key: jax.Array, state: Any, action: jax.Array, params: Any
+    ) -> tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]: ...
+
+    def spec(self, params: Any) -> EnvSpec: ...
+
+
+class Algorithm(NamedTuple):
+    """What an algorithm supplies to the engine; every function is pure and jittable.
+
+    The engine supplies the rest: rollout loop, env batching, the buffer's place in the state,
+    hooks, evaluation, sync and the driver. `hparams` is the default numeric-hyperparameter
+    pytree; the engine carries the one in use in `EngineState.hparams` and passes it in.
+
+    init(key, hparams) -> train_state: params, optimizer state, normalisers
+    acting_params(train_state, hparams) -> what `sync_weights` copies into `eval_params`
+    act(params, obs [num_envs, *obs_shape], key, deterministic)
+        -> (action [num_envs, *action_shape], extras per env)
+    init_buffer(trajectory [num_steps, num_envs, ...]) -> an empty buffer for such trajectories
+    complete_trajectory(params, trajectory) -> trajectory (end of rollout, acting params)
+    add_to_buffer(buffer, trajectory) -> buffer
+    update_dataset(train_state, buffer, key, hparams) -> (train_state, batch, metrics)
+    train(train_state, buffer, batch, key, hparams) -> (train_state, metrics)
+    grad_steps_per_epoch: gradient steps one `train` call makes (for counters)
+    on_policy: whether `train` needs the data of the current acting params (PPO) or any
+        stored data (off-policy; the actor-learner split accepts only these)
+    static: static facts other layers read (e.g. `network` for export); never traced
+    """
+
+    name: str
+    hparams: Any
+    init: Callable[[jax.Array, Any], Any]
+    acting_params: Callable[[Any, Any], Any]
+    act: Callable[[Any, jax.Array, jax.Array, bool], tuple[jax.Array, dict[str, jax.Array]]]
+    init_buffer: Callable[[Any], Any]
+    complete_trajectory: Callable[[Any, Any], Any]
+    add_to_buffer: Callable[[Any, Any], Any]
+    update_dataset: Callable[[Any, Any, jax.Array, Any], tuple[Any, Any, Metrics]]
+    train: Callable[[Any, Any, Any, jax.Array, Any], tuple[Any, Metrics]]
+    grad_steps_per_epoch: int
+    on_policy: bool
+    static: Mapping[str, Any] = {}

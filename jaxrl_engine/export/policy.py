@@ -1,0 +1,243 @@
+"""Policy export: a trained policy as a self-contained artefact, usable without the engine.
+
+`engine.run` writes one to `runs/<name>/policy/` after the last epoch (`export_policy`):
+
+    act.jaxexport  the deterministic acting function `act(params, obs) -> action`, serialized
+                   with `jax.export` (StableHLO; symbolic batch size; lowered for cpu and cuda)
+    params.npz     its params, flat: `net.params.MLP_0.Dense_0.kernel`, `obs_norm.mean`, ...
+    policy.py      the loader (jax + numpy only): `act, params = policy.load(directory)`
+    meta.json      env id, observation and action specs, algorithm, versions, torch spec
+    torch_policy.py, torch_policy.pt
+                   with `torch=True` (or `jaxrl-engine export RUN --torch`): the actor as a torch
+                   `nn.Module` whose weights came over DLPack; loader needs torch only
+
+Why `jax.export` for the JAX path rather than generated Python: the artefact is the very graph
+the engine acts with (the same discrete actions; continuous ones equal to float32 rounding), for
+any algorithm whose `act` is JAX (PPO, DQN, SAC, torch fast-path policies) without
+per-architecture code, and it runs on jax alone. Its limits: StableHLO artefacts load in jax
+releases for at least 6 months after (jax's compatibility guarantee), and a policy acting
+through a host callback (the universal torch path) cannot be exported. The torch module is per
+architecture: the flax MLP actor-critic (PPO).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_engine.algos.networks import ActorCritic
+from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.interop.dlpack import to_torch
+
+if TYPE_CHECKING:
+    import torch
+
+POLICY_DIR = "policy"  # inside a run directory
+PLATFORMS = ("cpu", "cuda")
+HERE = Path(__file__).resolve().parent
+ARTEFACT_FILES = (
+    "act.jaxexport",
+    "params.npz",
+    "policy.py",
+    "meta.json",
+    "torch_policy.py",
+    "torch_policy.pt",
+)
+
+
+class ExportError(ValueError):
+    """The policy cannot be exported or loaded: says which part and what to do."""
+
+
+def acting_function(engine: Engine) -> Callable[[Any, jax.Array], jax.Array]:
+    """`act(params, obs) -> action`: the deterministic action `evaluate` sends to the env
+    (continuous actions clipped to the bounds). obs: [batch, *obs_shape]."""
+
+    def act(params: Any, obs: jax.Array) -> jax.Array:
+        action, _ = engine.algo.act(params, obs, jax.random.key(0), True)
+        return engine.spec.action.clip(action)
+
+    return act
+
+
+def flatten_params(params: Any) -> dict[str, np.ndarray]:
+    """A params pytree as a flat dict `{"net.params.MLP_0.Dense_0.kernel": array, ...}`."""
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    return {
+        jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(jax.device_get(leaf))
+        for path, leaf in leaves
+    }
+
+
+def unflatten_params(like: Any, flat: dict[str, Any]) -> Any:
+    """`flat` (names as `flatten_params` gives them) back into the structure of `like`."""
+    leaves = jax.tree_util.tree_flatten_with_path(like)
+    names = [jax.tree_util.keystr(path, simple=True, separator=".") for path, _ in leaves[0]]
+    missing, extra = sorted(set(names) - set(flat)), sorted(set(flat) - set(names))
+    if missing or extra:
+        raise ExportError(
+            f"saved params do not match this engine's policy: missing {missing}, unexpected "
+            f"{extra}; was the policy exported from another config?"
+        )
+    for (_, leaf), name in zip(leaves[0], names, strict=True):
+        if tuple(np.shape(flat[name])) != tuple(leaf.shape):
+            raise ExportError(
+                f"saved param {name!r} has shape {tuple(np.shape(flat[name]))}, this engine's "
+                f"policy expects {tuple(leaf.shape)}"
+            )
+    return jax.tree.unflatten(
+        leaves[1],
+        [jnp.asarray(flat[n], x.dtype) for n, (_, x) in zip(names, leaves[0], strict=True)],
+    )
+
+
+def torch_spec(engine: Engine, flat: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """What `torch_policy.Policy` needs to rebuild the actor; None if it is not a flax MLP."""
+    network = engine.algo.static.get("network")
+    if not isinstance(network, ActorCritic):
+        return None
+    kernels = sorted(
+        (n for n in flat if n.startswith("net.params.MLP_0.") and n.endswith(".kernel")),
+        key=lambda n: int(n.split(".")[-2].removeprefix("Dense_")),
+    )
+    spec = engine.spec
+    return {
+        "kind": "mlp_actor",
+        "layers": [n.removesuffix(".kernel") for n in kernels],
+        "in_features": int(flat[kernels[0]].shape[0]),
+        "hidden_sizes": [int(flat[k].shape[1]) for k in kernels[:-1]],
+        "out_features": int(flat[kernels[-1]].shape[1]),
+        "activation": network.activation,
+        "discrete": spec.action.discrete,
+        "normalize_obs": bool(engine.algo.static.get("normalize_obs", False)),
+        "obs_shape": list(spec.obs_shape),
+        "action_shape": list(spec.action.shape),
+        "low": None if spec.action.low is None else list(np.ravel(spec.action.low)),
+        "high": None if spec.action.high is None else list(np.ravel(spec.action.high)),
+    }
+
+
+def export_policy(
+    engine: Engine,
+    params: Any,
+    directory: str | Path,
+    *,
+    torch: bool = False,
+    platforms: tuple[str, ...] = PLATFORMS,
+) -> Path:
+    """Write the policy artefact for acting params `params` (e.g. `state.eval_params`)."""
+    directory = Path(directory)
+    for name in ARTEFACT_FILES:  # never leave another policy's files beside this one's
+        (directory / name).unlink(missing_ok=True)
+    flat = flatten_params(params)
+    names = list(flat)
+    treedef = jax.tree.structure(params)
+    act = acting_function(engine)
+
+    def act_flat(flat_params: dict[str, jax.Array], obs: jax.Array) -> jax.Array:
+        return act(jax.tree.unflatten(treedef, [flat_params[n] for n in names]), obs)
+
+    (batch,) = jax.export.symbolic_shape("batch")
+    obs_spec = jax.ShapeDtypeStruct((batch, *engine.spec.obs_shape), engine.spec.obs_dtype)
+    try:
+        exported = jax.export.export(jax.jit(act_flat), platforms=platforms)(
+            {n: jax.ShapeDtypeStruct(v.shape, v.dtype) for n, v in flat.items()}, obs_spec
+        )
+        blob = exported.serialize()
+    except Exception as e:
+        raise ExportError(
+            f"the acting function of algorithm {engine.algo.name!r} cannot be exported with "
+            f"jax.export ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); a policy acting "
+            "through a host callback (algo.torch_policy.path=universal) has no StableHLO form"
+        ) from e
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "act.jaxexport").write_bytes(blob)
+    np.savez(directory / "params.npz", **flat)  # type: ignore[arg-type]
+    shutil.copyfile(HERE / "jax_loader.py", directory / "policy.py")
+    action = engine.spec.action
+    meta = {
+        "format": 1,
+        "env_id": engine.spec.env_id,
+        "algorithm": engine.algo.name,
+        "obs_shape": list(engine.spec.obs_shape),
+        "obs_dtype": np.dtype(engine.spec.obs_dtype).name,
+        "action_shape": list(action.shape),
+        "action_dtype": np.dtype(exported.out_avals[0].dtype).name,
+        "num_actions": action.num_actions,
+        "action_low": None if action.low is None else list(np.ravel(action.low)),
+        "action_high": None if action.high is None else list(np.ravel(action.high)),
+        "platforms": list(platforms),
+        "jax_version": jax.__version__,
+        "params": {n: list(v.shape) for n, v in flat.items()},
+        "torch": torch_spec(engine, flat),
+    }
+    (directory / "meta.json").write_text(json.dumps(meta, indent=2))
+    if torch:
+        export_torch(directory, params=params)
+    return directory
+
+
+def torch_module(spec: dict[str, Any], params: Any) -> torch.nn.Module:
+    """The actor as a `torch_policy.Policy` whose weights come from JAX `params` over DLPack.
+
+    params: the acting params pytree (JAX arrays; read zero-copy by DLPack) or a flat dict from
+    `flatten_params`. The module owns copies (JAX may free or donate its buffers later).
+    """
+    from jaxrl_engine.export.torch_loader import Policy
+
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]  # a flat dict flattens to itself
+    arrays = {
+        jax.tree_util.keystr(path, simple=True, separator="."): jnp.asarray(leaf)
+        for path, leaf in leaves
+    }
+    tensors = to_torch(arrays, copy="if_needed")
+    policy = Policy(spec)
+    state = policy.state_dict()  # load_state_dict copies: the module owns its weights
+    for i, name in enumerate(spec["layers"]):
+        state[f"layers.{i}.weight"] = tensors[f"{name}.kernel"].T
+        state[f"layers.{i}.bias"] = tensors[f"{name}.bias"]
+    state["obs_mean"] = tensors["obs_norm.mean"]
+    state["obs_var"] = tensors["obs_norm.var"]
+    policy.load_state_dict(state)
+    return policy.eval()
+
+
+def export_torch(directory: str | Path, params: Any = None) -> Path:
+    """Add `torch_policy.py` + `torch_policy.pt` to a policy directory (params default: its
+    `params.npz`). Needs torch (`pip install 'jaxrl-engine[torch]'`)."""
+    import torch
+
+    directory = Path(directory)
+    spec = json.loads((directory / "meta.json").read_text())["torch"]
+    if spec is None:
+        raise ExportError(
+            f"{directory}: this policy is not a flax MLP actor-critic, so there is no torch "
+            "module for it; use the JAX artefact (policy.py)"
+        )
+    if params is None:
+        with np.load(directory / "params.npz") as data:
+            params = {n: data[n] for n in data.files}
+    module = torch_module(spec, params)
+    torch.save(module.state_dict(), directory / "torch_policy.pt")
+    shutil.copyfile(HERE / "torch_loader.py", directory / "torch_policy.py")
+    return directory
+
+
+def load_params(engine: Engine, directory: str | Path) -> Any:
+    """The acting params saved in a policy directory, in this engine's structure."""
+    path = Path(directory) / "params.npz"
+    if not path.is_file():
+        raise ExportError(
+            f"{path} does not exist: train with `jaxrl-engine train` (it exports the policy at "
+            "the end) or call jaxrl_engine.export.export_policy"
+        )
+    with np.load(path) as data:
+        flat = {n: data[n] for n in data.files}
+    return unflatten_params(engine.state_shape.eval_params, flat)

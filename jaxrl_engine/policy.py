@@ -1,0 +1,88 @@
+"""Acting with a trained policy, Brax-style: `policy = jre.make_policy(source)`; `policy(obs)`.
+
+A source is an `(engine, state)` pair or a run directory. From a run directory the engine is
+rebuilt from the run's `config.yaml` (nothing is compiled until the policy is called) and the
+params are the exported policy's (`policy/params.npz`, written at the end of a run), or, when
+there is none or `checkpoint=True`, the acting params of the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+
+from jaxrl_engine.build import build
+from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.state import EngineState
+from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params
+from jaxrl_engine.io.checkpoint import Checkpointer
+from jaxrl_engine.io.config import config_from_dict, load_config
+
+
+def _engine_for_run(run: Path) -> Engine:
+    if not (run / "config.yaml").is_file():
+        raise ExportError(f"{run} is not a run directory (no config.yaml)")
+    # `loggers` may name wandb, which acting does not need installed.
+    return build(load_config(run / "config.yaml", ["loggers=[jsonl]", "progress=false"]))
+
+
+def _checkpoint_params(run: Path) -> tuple[Engine, EngineState]:
+    """(engine, state) of the run's latest checkpoint; the engine from its stored config."""
+    if not (run / "checkpoints").is_dir():
+        raise ExportError(f"{run} has no checkpoints/ to read a policy from")
+    checkpoints = Checkpointer(run / "checkpoints", read_only=True)
+    try:
+        info = checkpoints.info()
+        raw = {**info.config, "name": run.name, "run_dir": str(run.parent)}
+        engine = build(config_from_dict(raw, ["loggers=[jsonl]", "progress=false"]))
+        state, _ = checkpoints.restore(engine, info.epoch)
+    finally:
+        checkpoints.close()
+    return engine, state
+
+
+def make_policy(
+    source: str | Path | tuple[Engine, EngineState],
+    deterministic: bool = True,
+    *,
+    checkpoint: bool = False,
+) -> Callable[..., jax.Array]:
+    """`policy(obs, key=None) -> action`, jittable: obs `[batch, *obs_shape]` -> the action the
+    env takes `[batch, *action_shape]` (continuous actions clipped to the bounds).
+
+    deterministic: the evaluation action (argmax / mean); otherwise sampled with `key`
+    (required then). checkpoint: read the params from the latest checkpoint even when the run
+    has an exported policy.
+    """
+    if isinstance(source, tuple):
+        engine, state = source
+        params = state.eval_params
+    else:
+        run = Path(source)
+        if checkpoint or not (run / POLICY_DIR / "params.npz").is_file():
+            engine, state = _checkpoint_params(run)
+            params = state.eval_params
+        else:
+            engine = _engine_for_run(run)
+            params = load_params(engine, run / POLICY_DIR)
+    params = jax.device_get(params)
+    act, clip = engine.algo.act, engine.spec.action.clip
+
+    def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        if key is None:
+            if not deterministic:
+                raise ValueError("make_policy(..., deterministic=False): pass a PRNG key")
+            key = jax.random.key(0)
+        return clip(act(params, obs, key, deterministic)[0])
+
+    return policy
+
+
+def export_from_checkpoint(run_dir: str | Path) -> Path:
+    """Write `<run_dir>/policy/` from the run's latest full-state checkpoint, e.g. for a run
+    stopped by SIGINT before its end-of-run export. The run directory is otherwise only read."""
+    run = Path(run_dir)
+    engine, state = _checkpoint_params(run)
+    return export_policy(engine, state.eval_params, run / POLICY_DIR)

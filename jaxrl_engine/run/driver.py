@@ -1,0 +1,208 @@
+"""The Python driver around the compiled phases: the loop, nothing else.
+
+By default the epochs up to the next evaluation or host-hook boundary (a checkpoint; at most
+`engine.epochs_per_call`) are ONE compiled call (`engine.epochs`, a loop over the fused epoch,
+as Brax trains between evaluations); their per-epoch metrics come back stacked, in one
+transfer. `profile: true` runs the four phases of each epoch as separate compiled calls so each
+gets its own timer (same results). Everything done with the results (logging, progress,
+checkpoints, the summary, the policy export) is a host hook (`run.host_hooks`).
+
+A run survives: SIGINT/SIGTERM finish the current call, checkpoint, write the summary and raise
+`TrainingInterrupted` (`run.signals`: a second signal kills the process at once; every file is
+written atomically); a non-finite value stops the run with `NonFiniteError`, writes the failing
+batch to the run directory and leaves the checkpoints as they were.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
+from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.state import EngineState, Metrics
+from jaxrl_engine.io.config import Config
+from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
+from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
+from jaxrl_engine.run.signals import stop_on_signals
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped `run` after a whole epoch, with a checkpoint and the summary.
+
+    A `KeyboardInterrupt`, so `except Exception` does not swallow it. `state` is the state after
+    the last finished epoch; `checkpoint` its checkpoint directory (None without checkpoints);
+    `summary` what summary.json holds.
+    """
+
+    def __init__(
+        self,
+        signame: str,
+        epoch: int,
+        state: EngineState,
+        checkpoint: Path | None,
+        summary: dict[str, Any],
+    ):
+        self.signame, self.epoch, self.state = signame, epoch, state
+        self.checkpoint, self.summary = checkpoint, summary
+        where = f"; checkpoint {checkpoint}" if checkpoint is not None else ""
+        super().__init__(f"{signame}: stopped after epoch {epoch}{where}")
+
+
+class Driver:
+    """Runs an engine for a config: `state, summary = Driver(cfg).run(engine, state)`.
+
+    host_hooks: the user's, run after logging, checkpoints and progress (see `run.host_hooks`).
+    """
+
+    def __init__(self, cfg: Config, host_hooks: Sequence[HostHook] = ()):
+        self.cfg, self.host_hooks = cfg, list(host_hooks)
+
+    def run(
+        self,
+        engine: Engine,
+        state: EngineState,
+        *,
+        num_epochs: int | None = None,
+        run_dir: str | Path | None = None,
+        progress: bool | None = None,
+        on_epoch: Callable[[Record], None] | None = None,
+    ) -> tuple[EngineState, dict[str, Any]]:
+        """Train from `state` up to `num_epochs` epochs in total (default: the engine's).
+
+        Evaluates every `eval.interval` epochs and after the last; the host hooks write
+        `metrics.jsonl`, `summary.json`, `checkpoints/` and `policy/` to `run_dir` (default
+        `<run_dir>/<name>`). `on_epoch(record)` is called after each epoch's record is logged
+        (and checkpointed). Returns the final state and the summary, whose `records` are the
+        per-epoch records of this call.
+
+        Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summary written first),
+        `NonFiniteError` when `nan_guard` fires (failing batch written, checkpoints untouched)
+        and `CheckpointError` when the run directory holds checkpoints that do not fit.
+        """
+        cfg = self.cfg
+        first = int(jax.device_get(state.counters.epoch))
+        total = engine.num_epochs if num_epochs is None else num_epochs
+        out = RunDir(run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg)
+        show = cfg.progress if progress is None else progress
+        hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
+        run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
+        history: list[Record] = []
+        started: list[HostHook] = []
+        try:
+            for hook in hooks:
+                hook.start(run)
+                started.append(hook)
+            needed = [*EPOCH_PHASES, "evaluate"] if cfg.profile else ["epochs", "evaluate"]
+            missing = [name for name in needed if not engine.compiled(name)]
+            if missing:
+                state = engine.warm_up(state, phases=missing)
+            run.compile_s = engine.compile_seconds
+            run.train_start = time.perf_counter()
+            with stop_on_signals() as stop:
+                while run.done < total:
+                    state, records, failure = self._chunk(engine, state, run, hooks)
+                    history.extend(records)
+                    for hook in hooks:
+                        hook.on_records(run, records)
+                    if failure is not None:
+                        self._fail(run, state, hooks, *failure)
+                    for hook in hooks:
+                        hook.after_chunk(run, state)
+                    if stop.signame is not None and run.done < total:
+                        self._end(run, state, hooks, "interrupted", signal=stop.signame)
+                        raise TrainingInterrupted(
+                            stop.signame, run.done, state, run.checkpoint, run.summary
+                        )
+            self._end(run, state, hooks, "completed")
+        finally:
+            for hook in reversed(started):
+                hook.close(run)
+        return state, {**run.summary, "records": history}
+
+    def _chunk(
+        self, engine: Engine, state: EngineState, run: RunInfo, hooks: list[HostHook]
+    ) -> tuple[EngineState, list[Record], tuple[NonFiniteError, Metrics] | None]:
+        """The epochs up to the next boundary as one compiled call (one per phase with
+        `profile`), then the evaluation when one is due. Returns the state, the records of the
+        epochs that passed `nan_guard`, and the guard's error with the failing epoch's metrics
+        (the compiled loop stops after that epoch: the state is its state)."""
+        cfg, start_epoch, total = self.cfg, run.done, run.total
+        if cfg.profile:  # one epoch, each phase its own timed call
+            n, metrics = 1, {}
+            for name in EPOCH_PHASES:
+                state, m = engine.timed_call(name, state)
+                metrics.update(m)
+            state = jax.device_put(state, engine.state_sharding)
+            rows = [metrics]
+        else:
+            interval = engine.eval_interval
+            boundaries = [total, (start_epoch // interval + 1) * interval]
+            boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
+            n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
+            began = time.perf_counter()
+            state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
+            ran = int(ran)
+            engine.timer.record("epoch", time.perf_counter() - began, count=ran)
+            table = jax.device_get(table)
+            rows = [{k: v[i] for k, v in table.items()} for i in range(ran)]
+        done = start_epoch + len(rows)
+        if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
+            state, eval_metrics = engine.timed_call("evaluate", state)
+            rows[-1] = {**rows[-1], **jax.device_get(eval_metrics)}
+        wall_s = time.perf_counter() - run.wall_start
+        records: list[Record] = []
+        for i, metrics in enumerate(rows):
+            epoch = start_epoch + i + 1
+            try:
+                check_guards(metrics, engine.guarded_names, epoch)
+            except NonFiniteError as e:
+                run.done = epoch - 1  # the failing epoch does not count
+                return state, records, (e, metrics)
+            records.append(
+                {
+                    "epoch": epoch,
+                    "env_steps": epoch * engine.steps_per_epoch,
+                    "wall_s": wall_s,
+                    **{
+                        k: float(np.asarray(v))
+                        for k, v in metrics.items()
+                        if not k.startswith("guard/")
+                    },
+                }
+            )
+        run.done = done
+        return state, records, None
+
+    def _fail(
+        self,
+        run: RunInfo,
+        state: EngineState,
+        hooks: list[HostHook],
+        error: NonFiniteError,
+        metrics: Metrics,
+    ) -> None:
+        """Write the failing batch and the summary, keep the checkpoints, raise `error`."""
+        batch = write_failing_batch(run.out, state, metrics, error.epoch)
+        self._end(run, state, hooks, "non_finite", error=str(error), failing_batch=str(batch))
+        error.summary = run.summary
+        error.add_note(
+            f"failing batch: {batch}; last good checkpoint: {run.summary['checkpoint']} "
+            "(left as it was)"
+        )
+        raise error
+
+    @staticmethod
+    def _end(
+        run: RunInfo, state: EngineState, hooks: list[HostHook], status: str, **extra: Any
+    ) -> None:
+        run.status = status
+        run.extra.update(extra)
+        for hook in hooks:
+            hook.end(run, state)

@@ -1,0 +1,289 @@
+"""Host hooks: the driver's work around each compiled call, one idea per hook.
+
+Traced hooks transform a phase inside jit (`core.hooks`); host hooks run in Python around the
+compiled calls, in the order they are listed (`Driver(cfg, host_hooks=[...])` puts the
+user's after logging, checkpoints and progress, before the summary and the policy export). Each method is optional:
+
+    start(run)              before the first call (open files, check the run directory)
+    next_boundary(epoch)    an epoch after which the driver must stop a chunk (e.g. a save)
+    on_records(run, rows)   the per-epoch records of a chunk, in order (logging)
+    after_chunk(run, state) the state after a chunk's last epoch (checkpoint, progress)
+    end(run, state)         once, when the run ends (`run.status`: completed, interrupted,
+                            non_finite); the summary and the policy export are written here
+    close(run)              always, last (close files), in reverse order
+
+A hook reads and writes only `RunInfo` and its own fields; it never reaches into another hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.state import EngineState
+from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+from jaxrl_engine.io.config import Config
+from jaxrl_engine.run.run_dir import RunDir
+
+Record = dict[str, float]
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """What the driver and its host hooks share during one `run` call."""
+
+    engine: Engine
+    cfg: Config
+    out: RunDir
+    first: int  # the state's epoch when the run started
+    total: int  # the epoch the run ends at
+    done: int = 0  # finished epochs
+    status: str = "running"
+    metrics_lines: list[str] = dataclasses.field(default_factory=list)
+    final_eval: float = float("nan")
+    checkpoint: Path | None = None  # the latest committed checkpoint
+    checkpoint_epoch: int = -1
+    compile_s: float = 0.0
+    wall_start: float = dataclasses.field(default_factory=time.perf_counter)
+    train_start: float = dataclasses.field(default_factory=time.perf_counter)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the error
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def steps_per_second(self) -> float:
+        train_s = time.perf_counter() - self.train_start
+        return (self.done - self.first) * self.engine.steps_per_epoch / max(train_s, 1e-9)
+
+    def make_summary(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        return {
+            "name": self.cfg.name,
+            "status": self.status,
+            "final_eval_return": self.final_eval,
+            "epochs": self.done,
+            "env_steps": self.done * self.engine.steps_per_epoch,
+            "requested_env_steps": self.cfg.total_env_steps,
+            "wall_s": now - self.wall_start,
+            "train_s": now - self.train_start,
+            "compile_s": self.compile_s,
+            "steps_per_second": self.steps_per_second,
+            "run_dir": str(self.out.path),
+            "checkpoint": None if self.checkpoint is None else str(self.checkpoint),
+            **self.extra,
+        }
+
+
+class HostHook:
+    """Base class: every method a no-op (see the module docstring)."""
+
+    def start(self, run: RunInfo) -> None:
+        pass
+
+    def next_boundary(self, epoch: int) -> int | None:
+        return None
+
+    def on_records(self, run: RunInfo, records: list[Record]) -> None:
+        pass
+
+    def after_chunk(self, run: RunInfo, state: EngineState) -> None:
+        pass
+
+    def end(self, run: RunInfo, state: EngineState) -> None:
+        pass
+
+    def close(self, run: RunInfo) -> None:
+        pass
+
+
+class Logging(HostHook):
+    """metrics.jsonl (and the `loggers` backends) record by record; on a fresh state the old
+    records go, on a resumed one those after its epoch (written after its checkpoint) go."""
+
+    def start(self, run: RunInfo) -> None:
+        run.metrics_lines = run.out.keep_metrics_through(run.first)
+
+    def on_records(self, run: RunInfo, records: list[Record]) -> None:
+        for record in records:
+            if "evaluate/episode_return" in record:
+                run.final_eval = record["evaluate/episode_return"]
+            run.metrics_lines.append(run.out.log(record))
+
+    def close(self, run: RunInfo) -> None:
+        run.out.close()
+
+
+class Checkpointing(HostHook):
+    """A full-state checkpoint every `save_interval` epochs, after the last, and on interrupt.
+
+    At start, checks the run directory's checkpoints fit the state: a fresh state (epoch 0)
+    over a finished run starts it over (its checkpoints are deleted); over an unfinished run it
+    is refused, as is a state older than the directory's checkpoints.
+    """
+
+    def __init__(self, save_interval: int, keep: int):
+        self.save_interval, self.keep = save_interval, keep
+        self.checkpoints: Checkpointer | None = None
+
+    def start(self, run: RunInfo) -> None:
+        out, first = run.out, run.first
+        directory = out.path / "checkpoints"
+        if self.save_interval == 0 and not directory.is_dir():
+            return
+        checkpoints = Checkpointer(directory, keep=self.keep)
+        try:
+            latest = checkpoints.latest()
+            if latest is not None and first == 0:
+                info = checkpoints.info(latest)
+                if latest < info.num_epochs:
+                    raise CheckpointError(
+                        f"{str(out.path)!r} holds an unfinished run (checkpoint of epoch {latest} "
+                        f"of {info.num_epochs}): continue it with `jaxrl-engine train --resume "
+                        f"{out.path}` (in Python: `jre.resume(path)`), or delete the directory "
+                        "(or choose another name=) to start over"
+                    )
+                print(
+                    f"jaxrl-engine: {out.path} held a finished run; starting it over (its metrics "
+                    "and checkpoints are replaced)",
+                    file=sys.stderr,
+                )
+                checkpoints.delete_all()
+            elif latest is not None and latest > first:
+                raise CheckpointError(
+                    f"{str(out.path)!r} has checkpoints up to epoch {latest}, after this state's "
+                    f"epoch {first}: continue from the latest with `jre.resume(path)`, or use "
+                    "another run directory"
+                )
+        except BaseException:
+            checkpoints.close()
+            raise
+        if self.save_interval == 0:
+            checkpoints.close()
+            return
+        self.checkpoints = checkpoints
+        run.checkpoint_epoch = first
+
+    def next_boundary(self, epoch: int) -> int | None:
+        if not self.save_interval:
+            return None
+        return (epoch // self.save_interval + 1) * self.save_interval
+
+    def save(self, run: RunInfo, state: EngineState) -> None:
+        if self.checkpoints is None:
+            return
+        run.checkpoint = self.checkpoints.save(
+            state,
+            config=run.cfg.model_dump(mode="json"),
+            metrics_lines=run.metrics_lines,
+            num_epochs=run.engine.num_epochs,
+        )
+        run.checkpoint_epoch = run.done
+
+    def after_chunk(self, run: RunInfo, state: EngineState) -> None:
+        if self.save_interval and (run.done % self.save_interval == 0 or run.done == run.total):
+            self.save(run, state)
+
+    def end(self, run: RunInfo, state: EngineState) -> None:
+        if run.status == "interrupted" and run.checkpoint_epoch != run.done:
+            self.save(run, state)
+        if self.checkpoints is not None:
+            self.checkpoints.wait()  # the summary names the latest committed checkpoint
+            latest = self.checkpoints.latest()
+            run.checkpoint = None if latest is None else self.checkpoints.path_of(latest)
+
+    def close(self, run: RunInfo) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.close()  # waits for a save in flight
+
+
+class OnEpoch(HostHook):
+    """Calls `fn(record)` for each epoch's record, after that chunk's checkpoint."""
+
+    def __init__(self, fn: Callable[[Record], None]):
+        self.fn = fn
+        self.pending: list[Record] = []
+
+    def on_records(self, run: RunInfo, records: list[Record]) -> None:
+        self.pending.extend(records)
+
+    def after_chunk(self, run: RunInfo, state: EngineState) -> None:
+        pending, self.pending = self.pending, []
+        for record in pending:
+            self.fn(record)
+
+
+class ProgressBar(HostHook):
+    """A rich progress bar: epochs, env steps/s, last evaluation return."""
+
+    def __init__(self, enabled: bool = True):
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} steps/s"),
+            TextColumn("eval {task.fields[eval]}"),
+            TimeElapsedColumn(),
+            disable=not enabled,
+        )
+        self.task: Any = None
+
+    def start(self, run: RunInfo) -> None:
+        self.bar.start()
+        self.task = self.bar.add_task(
+            run.cfg.name, total=run.total, completed=run.first, rate="-", eval="-"
+        )
+
+    def after_chunk(self, run: RunInfo, state: EngineState) -> None:
+        rate = run.steps_per_second
+        self.bar.update(
+            self.task, completed=run.done, rate=f"{rate:,.0f}", eval=f"{run.final_eval:.1f}"
+        )
+
+    def close(self, run: RunInfo) -> None:
+        self.bar.stop()
+
+
+class Summary(HostHook):
+    """summary.json (atomically rewritten) when the run ends, whatever its status."""
+
+    def end(self, run: RunInfo, state: EngineState) -> None:
+        run.summary = run.make_summary()
+        run.out.write_summary(run.summary)
+
+
+class ExportPolicy(HostHook):
+    """`<run dir>/policy/` after a completed run: what `jaxrl-engine eval` and `export` read.
+
+    A policy jax.export cannot serialize (one acting through a host callback) is reported with
+    a warning, not an error: training is done.
+    """
+
+    def end(self, run: RunInfo, state: EngineState) -> None:
+        if run.status != "completed":
+            return
+        try:
+            export_policy(run.engine, state.eval_params, run.out.path / POLICY_DIR)
+        except ExportError as e:
+            warnings.warn(f"policy not exported: {e}", stacklevel=2)
+
+
+def default_host_hooks(
+    cfg: Config,
+    progress: bool,
+    on_epoch: Callable[[Record], None] | None = None,
+    user: Sequence[HostHook] = (),
+) -> list[HostHook]:
+    """The driver's hooks, in order: logging, checkpoints, `on_epoch`, progress, the user's,
+    then the summary and the policy export (which see what the others left)."""
+    hooks: list[HostHook] = [Logging(), Checkpointing(cfg.save_interval, cfg.keep_checkpoints)]
+    if on_epoch is not None:
+        hooks.append(OnEpoch(on_epoch))
+    return [*hooks, ProgressBar(progress), *user, Summary(), ExportPolicy()]

@@ -1,0 +1,69 @@
+"""SIGINT/SIGTERM during a run: the first asks the driver to stop after the current call; the
+second ends the process at once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class StopSignal:
+    """SIGINT/SIGTERM while training: the first asks to stop after the current epoch; the
+    second ends the process at once (`os._exit(128 + signum)`), even while the main thread
+    waits inside a compiled epoch.
+
+    Python runs signal handlers only between bytecodes of the main thread, which may sit in
+    one XLA call for minutes; so the C-level handler's wakeup fd is watched by a thread, which
+    sees every signal as it arrives. Exiting without cleanup is safe: checkpoints, metrics
+    rewrites and the summary are all written to a temporary name and renamed.
+    """
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        """The Python-level handler (runs late, in the main thread); the watcher did the work."""
+
+    def watch(self, wakeup: socket.socket) -> None:
+        while data := wakeup.recv(64):
+            for signum in data:
+                if signum not in (signal.SIGINT, signal.SIGTERM):
+                    continue
+                if self.signame is not None:
+                    os._exit(128 + signum)
+                self.signame = signal.Signals(signum).name
+                print(
+                    f"\n{self.signame}: stopping after this epoch (checkpoint and summary "
+                    "follow); send it again to exit at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[StopSignal]:
+    stop = StopSignal()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signal handlers can only be installed from the main thread
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, stop.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watcher = threading.Thread(target=stop.watch, args=(reader,), daemon=True)
+    watcher.start()
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_fd)
+        writer.close()  # the watcher reads EOF and returns
+        watcher.join()
+        reader.close()
