@@ -105,9 +105,9 @@ def default_run(repeats: int, epochs: int, root: Path) -> None:
     train_s: dict[str, list[float]] = {"with": [], "without": []}
     for i in range(repeats + 1):  # the first round compiles and is not counted
         for name, engine in engines.items():
-            engine.run(engine.init(jax.random.key(i)), run_dir=root / f"{name}{i}")
+            _, summary = engine.run(engine.init(jax.random.key(i)), run_dir=root / f"{name}{i}")
             if i:
-                train_s[name].append(engine.last_summary["train_s"])
+                train_s[name].append(summary["train_s"])
     with_s, without_s = statistics.median(train_s["with"]), statistics.median(train_s["without"])
     print(
         f"default run (configs/ppo_cartpole.yaml), {epochs} epochs, save_interval={interval} "

@@ -35,7 +35,7 @@ from pathlib import Path
 import jax
 
 import jaxrl_engine as jre
-from jaxrl_engine.distributed.mesh import data_mesh
+from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.distributed.split import run_split, split_functions
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "dqn_cartpole.yaml"
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     t_act, t_learn = statistics.median(acts) / n * 1e3, statistics.median(learns) / n * 1e3
     print(
         f"DQN CartPole-v1, {cfg.env.num_envs} envs x {cfg.algo.num_steps} steps, "
-        f"{engine.algo.grad_steps_per_epoch()} gradient steps per epoch; {n} epochs per run, "
+        f"{engine.algo.grad_steps_per_epoch} gradient steps per epoch; {n} epochs per run, "
         f"{args.repeats} alternating repeats; devices {[str(d) for d in (cpu0, cpu1)]}; "
         f"CPUs {sorted(os.sched_getaffinity(0))}"
     )

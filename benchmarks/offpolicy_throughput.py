@@ -29,7 +29,6 @@ from typing import Any
 import jax
 
 import jaxrl_engine as jre
-from jaxrl_engine.algos import make_algorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"dqn": "configs/dqn_cartpole.yaml", "sac": "configs/sac_pendulum.yaml"}
@@ -48,7 +47,7 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     cfg = jre.load_config(ROOT / CONFIGS[name], ["progress=false", "nan_guard=false"])
     engine = jre.build(cfg)
     algo = engine.algo
-    G = algo.grad_steps_per_epoch()
+    G = algo.grad_steps_per_epoch
     state = engine.init(jax.random.key(0))
     warm_epochs = -(-cfg.algo.learning_starts // engine.steps_per_epoch) + 1
     for _ in range(warm_epochs):
@@ -65,25 +64,26 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     state, _ = engine.update_dataset(state)
     train_state, buffer, batch = state.train, state.buffer, state.batch
 
+    hp = state.hparams
     fused = jax.jit(algo.train, donate_argnums=0)
     one_cfg = cfg.algo.model_copy(
         update={"train_ratio": 1.0 / (cfg.algo.num_steps * engine.num_envs)}
     )
-    one = make_algorithm(one_cfg, engine.spec, engine.num_envs, engine.num_epochs)
-    assert one.grad_steps_per_epoch() == 1
+    one = one_cfg.build(engine.spec, engine.num_envs, engine.num_epochs)
+    assert one.grad_steps_per_epoch == 1
     step = jax.jit(one.train, donate_argnums=0)
     slices = [jax.tree.map(lambda x, i=i: x[i : i + 1], batch) for i in range(G)]
     keys = list(jax.random.split(jax.random.key(2), G))
     holder = {name: jax.tree.map(lambda x: x.copy(), train_state) for name in ("fused", "loop")}
 
     def run_fused():
-        holder["fused"], _ = fused(holder["fused"], buffer, batch, jax.random.key(1))
+        holder["fused"], _ = fused(holder["fused"], buffer, batch, jax.random.key(1), hp)
         jax.block_until_ready(holder["fused"])
 
     def run_loop():
         ts = holder["loop"]
         for i in range(G):
-            ts, _ = step(ts, buffer, slices[i], keys[i])
+            ts, _ = step(ts, buffer, slices[i], keys[i], hp)
         holder["loop"] = jax.block_until_ready(ts)
 
     run_fused()

@@ -38,9 +38,9 @@ dqn_cfg = jre.load_config(
     ],
 )
 dqn = jre.build(dqn_cfg)
-dqn_state, dqn_history = dqn.run(dqn.init(jax.random.key(0)))
+dqn_state, dqn_summary = dqn.run(dqn.init(jax.random.key(0)))
 print(
-    f"DQN: eval return {dqn.last_summary['final_eval_return']:.1f} in {dqn.last_summary['wall_s']:.0f} s"
+    f"DQN: eval return {dqn_summary['final_eval_return']:.1f} in {dqn_summary['wall_s']:.0f} s"
 )
 buffer = (
     dqn_state.buffer
@@ -76,9 +76,9 @@ sac_cfg = jre.load_config(
     ],
 )
 sac = jre.build(sac_cfg)
-sac_state, sac_history = sac.run(sac.init(jax.random.key(0)))
+sac_state, sac_summary = sac.run(sac.init(jax.random.key(0)))
 print(
-    f"SAC: eval return {sac.last_summary['final_eval_return']:.1f} in {sac.last_summary['wall_s']:.0f} s"
+    f"SAC: eval return {sac_summary['final_eval_return']:.1f} in {sac_summary['wall_s']:.0f} s"
 )
 
 # %% [markdown]
@@ -86,10 +86,10 @@ print(
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-for ax, (title, history) in zip(
-    axes, (("DQN, CartPole-v1", dqn_history), ("SAC, Pendulum-v1", sac_history)), strict=True
+for ax, (title, summary) in zip(
+    axes, (("DQN, CartPole-v1", dqn_summary), ("SAC, Pendulum-v1", sac_summary)), strict=True
 ):
-    evals = [r for r in history if "evaluate/episode_return" in r]
+    evals = [r for r in summary["records"] if "evaluate/episode_return" in r]
     ax.plot(
         [r["env_steps"] for r in evals], [r["evaluate/episode_return"] for r in evals], marker="o"
     )
@@ -104,6 +104,6 @@ fig.savefig("off_policy_curves.png")
 # `runs/<name>/policy/`, played here for 32 episodes (what `jaxrl-engine eval` does).
 
 # %%
-for engine in (dqn, sac):
-    stats = evaluate_run(engine.last_summary["run_dir"], episodes=32)
+for summary in (dqn_summary, sac_summary):
+    stats = evaluate_run(summary["run_dir"], episodes=32)
     print(f"{stats['env_id']}: return {stats['return_mean']:.1f} +- {stats['return_std']:.1f}")

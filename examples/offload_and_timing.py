@@ -20,8 +20,8 @@ SMALL = ["env.num_envs=8", "algo.num_steps=64", "total_env_steps=40000", "eval.i
 def run(*overrides):
     cfg = jre.load_config(None, [*SMALL, "progress=false", *overrides])
     engine = jre.build(cfg)
-    state, history = engine.run(engine.init(jax.random.key(0)))
-    return engine, state, history
+    state, summary = engine.run(engine.init(jax.random.key(0)))
+    return engine, state, summary
 
 
 # %% [markdown]
@@ -35,7 +35,7 @@ def memory_kinds(tree):
     return sorted({leaf.sharding.memory_kind for leaf in jax.tree.leaves(tree)})
 
 
-offload_engine, offloaded, offload_history = run("name=offload", "offload=true")
+offload_engine, offloaded, offload_summary = run("name=offload", "offload=true")
 for part in ("eval_params", "train.params", "train.opt_state", "env", "buffer"):
     node = offloaded
     for attr in part.split("."):
@@ -47,7 +47,7 @@ for part in ("eval_params", "train.params", "train.opt_state", "env", "buffer"):
 # training with and without it.
 
 # %%
-plain_engine, plain, plain_history = run("name=no_offload")
+plain_engine, plain, plain_summary = run("name=no_offload")
 same = all(
     np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     for a, b in zip(
@@ -55,8 +55,8 @@ same = all(
     )
 )
 print("same learner params with and without offload:", same)
-for name, history in (("offload", offload_history), ("no offload", plain_history)):
-    print(f"{name:<11} final eval return {history[-1]['evaluate/episode_return']:.1f}")
+for name, summary in (("offload", offload_summary), ("no offload", plain_summary)):
+    print(f"{name:<11} final eval return {summary['final_eval_return']:.1f}")
 
 # %% [markdown]
 # ## Timing per phase
@@ -64,12 +64,12 @@ for name, history in (("offload", offload_history), ("no offload", plain_history
 # fused epoch); `engine.timing_summary()` prints count, total and average per phase.
 
 # %%
-profile_engine, _, _ = run("name=profile", "profile=true", "offload=true")
+profile_engine, _, profile_summary = run("name=profile", "profile=true", "offload=true")
 profile_engine.timing_summary()
 print()
 print("compile seconds per phase:")
 for name, report in profile_engine.compile_report.items():
     print(f"  {name:<15} {report['compile_s']:.2f} s")
-print(f"steps/s (offload, profiled): {profile_engine.last_summary['steps_per_second']:,.0f}")
-print(f"steps/s (offload, fused):    {offload_engine.last_summary['steps_per_second']:,.0f}")
-print(f"steps/s (no offload, fused): {plain_engine.last_summary['steps_per_second']:,.0f}")
+print(f"steps/s (offload, profiled): {profile_summary['steps_per_second']:,.0f}")
+print(f"steps/s (offload, fused):    {offload_summary['steps_per_second']:,.0f}")
+print(f"steps/s (no offload, fused): {plain_summary['steps_per_second']:,.0f}")

@@ -33,8 +33,7 @@ cfg = jre.load_config(
 )
 engine = jre.build(cfg)
 state = engine.init(jax.random.key(cfg.seed))
-state, history = engine.run(state)
-summary = engine.last_summary
+state, summary = engine.run(state)
 print(
     f"eval return {summary['final_eval_return']:.1f} after {summary['env_steps']:,} env steps; "
     f"{summary['steps_per_second']:,.0f} steps/s, compile {summary['compile_s']:.1f} s"
@@ -42,11 +41,11 @@ print(
 
 # %% [markdown]
 # ## Plot the learning curve
-# `history` holds one record per epoch (the same records as `metrics.jsonl`); evaluation
+# `summary["records"]` holds one record per epoch (the same records as `metrics.jsonl`); evaluation
 # epochs carry `evaluate/episode_return`.
 
 # %%
-evals = [r for r in history if "evaluate/episode_return" in r]
+evals = [r for r in summary["records"] if "evaluate/episode_return" in r]
 steps = np.array([r["env_steps"] for r in evals])
 mean = np.array([r["evaluate/episode_return"] for r in evals])
 std = np.array([r["evaluate/episode_return_std"] for r in evals])
@@ -69,19 +68,19 @@ plot_runs([summary["run_dir"]], f"{summary['run_dir']}/curves.svg")
 
 # %% [markdown]
 # ## Act with the trained policy
-# In memory: the algorithm's `act` with the acting params (`state.eval_params`),
-# deterministic. One CartPole episode, stepped from Python with a jitted step.
+# `jre.make_policy` gives a jittable `policy(obs) -> action` (deterministic by default), from
+# the engine and its state or from a run directory (`jre.make_policy(summary["run_dir"])`).
+# One CartPole episode, stepped from Python with a jitted step.
 
 # %%
 env, env_params = engine.env, engine.env_params
+policy = jre.make_policy((engine, state))
 
 
 @jax.jit
-def policy_step(params, obs, env_state, key):
-    action, _ = engine.algo.act(params, obs[None], key, True)
-    obs, env_state, reward, terminated, truncated, _ = env.step(
-        key, env_state, action[0], env_params
-    )
+def policy_step(obs, env_state, key):
+    action = policy(obs[None])[0]
+    obs, env_state, reward, terminated, truncated, _ = env.step(key, env_state, action, env_params)
     return obs, env_state, reward, terminated | truncated
 
 
@@ -90,7 +89,7 @@ obs, env_state = env.reset(key, env_params)
 episode_return, done = 0.0, False
 while not done:
     key, step_key = jax.random.split(key)
-    obs, env_state, reward, done = policy_step(state.eval_params, obs, env_state, step_key)
+    obs, env_state, reward, done = policy_step(obs, env_state, step_key)
     episode_return += float(reward)
 print(f"one episode with the trained policy: return {episode_return:.0f}")
 
@@ -103,9 +102,9 @@ print(f"one episode with the trained policy: return {episode_return:.0f}")
 # %%
 policy_dir = f"{summary['run_dir']}/policy"
 sys.path.insert(0, policy_dir)
-import policy  # noqa: E402  (the exported loader, from the run directory)
+import policy as exported  # noqa: E402  (the exported loader, from the run directory)
 
-act, params = policy.load(policy_dir)
+act, params = exported.load(policy_dir)
 observations = np.stack([np.asarray(env.reset(k, env_params)[0]) for k in jax.random.split(key, 8)])
 print("actions for 8 start states:", np.asarray(act(params, observations)))
 

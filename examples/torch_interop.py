@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import jaxrl_engine as jre
-from jaxrl_engine.algos.ppo import PPO
+from jaxrl_engine.build import num_epochs
 from jaxrl_engine.envs import make_env
 from jaxrl_engine.export.evaluate import evaluate_run
 from jaxrl_engine.interop import from_torch, shares_memory
@@ -61,12 +61,10 @@ print(f"torch actor before training: return {greedy_return(actor):.1f}")
 cfg = jre.load_config(None, ["name=torch_interop", "total_env_steps=150000", "progress=false"])
 env = make_env(cfg.env.id)
 network = TorchActorCritic(actor, action_dim=2, discrete=True, path="fast")
-steps_per_epoch = cfg.algo.num_steps * cfg.env.num_envs
-num_epochs = -(-cfg.total_env_steps // steps_per_epoch)
-algo = PPO(cfg.algo, env.spec(env.params), cfg.env.num_envs, num_epochs, network=network)
-engine = jre.build(cfg, env=env, algo=algo)
-state, history = engine.run(engine.init(jax.random.key(cfg.seed)))
-print(f"engine: eval return {engine.last_summary['final_eval_return']:.1f}")
+algorithm = cfg.algo.build(env.spec(env.params), cfg.env.num_envs, num_epochs(cfg), network=network)
+engine = jre.build(cfg, env=env, algorithm=algorithm)
+state, summary = engine.run(engine.init(jax.random.key(cfg.seed)))
+print(f"engine: eval return {summary['final_eval_return']:.1f}")
 
 # %% [markdown]
 # ## Back to torch
@@ -84,5 +82,5 @@ print(f"torch actor after training: return {greedy_return(actor):.1f}")
 # serializes it): `runs/torch_interop/policy/`, playable with `jaxrl-engine eval`.
 
 # %%
-stats = evaluate_run(engine.last_summary["run_dir"], episodes=16)
+stats = evaluate_run(summary["run_dir"], episodes=16)
 print(f"exported policy, 16 episodes: return {stats['return_mean']:.1f}")

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import jaxrl_engine as jre
-from jaxrl_engine.algos.ppo import PPO
+from jaxrl_engine.build import num_epochs
 from jaxrl_engine.envs import make_env
 from jaxrl_engine.interop.torch_env import TorchCartPole, TorchSimRollout
 from jaxrl_engine.interop.torch_policy import TorchActorCritic
@@ -70,12 +70,10 @@ def main() -> None:
     env = make_env(cfg.env.id)
     spec = env.spec(env.params)
     network = TorchActorCritic(actor, action_dim=2, discrete=True, path=args.path)
-    steps_per_epoch = cfg.algo.num_steps * cfg.env.num_envs
-    num_epochs = -(-cfg.total_env_steps // steps_per_epoch)
-    algo = PPO(cfg.algo, spec, cfg.env.num_envs, num_epochs, network=network)
-    engine = jre.build(cfg, env=env, algo=algo)
-    state, _ = engine.run(engine.init(jax.random.key(cfg.seed)))
-    print(f"engine: final eval return {engine.last_summary['final_eval_return']:.1f}")
+    algorithm = cfg.algo.build(spec, cfg.env.num_envs, num_epochs(cfg), network=network)
+    engine = jre.build(cfg, env=env, algorithm=algorithm)
+    state, summary = engine.run(engine.init(jax.random.key(cfg.seed)))
+    print(f"engine: final eval return {summary['final_eval_return']:.1f}")
 
     written = network.export_to_torch(state.train.params)
     print(f"exported {written} bytes of trained weights into the torch module")

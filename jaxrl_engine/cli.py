@@ -62,7 +62,7 @@ def _train(args: argparse.Namespace) -> int:
         else:
             engine, state = _start(config, overrides)
         from jaxrl_engine.core.nan_guard import NonFiniteError
-        from jaxrl_engine.run.driver import TrainingInterrupted
+        from jaxrl_engine.run.driver import Driver, TrainingInterrupted
 
         try:
             _, summary = engine.run(state)
@@ -79,7 +79,7 @@ def _train(args: argparse.Namespace) -> int:
     except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
         # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
         return _fail(str(e), EXIT_BAD_INPUT)
-    if engine.driver.cfg.profile:
+    if isinstance(engine.driver, Driver) and engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
     summary.pop("records")
     print(json.dumps(summary))

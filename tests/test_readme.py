@@ -1,12 +1,15 @@
-"""README sections that must stay true: the hook catalogue and the benchmark figures."""
+"""README sections that must stay true: the hook catalogue, the benchmark figures and the
+add-an-env guide, whose code is run as it stands."""
 
 from __future__ import annotations
 
 import inspect
 import re
+import sys
+import types
 from pathlib import Path
 
-from jaxrl_engine.core import hooks
+from jaxrl_engine.core import hooks, nan_guard, offload, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -22,8 +25,9 @@ def test_hook_catalogue_lists_every_hook_factory():
     catalogue = _section("### Hook catalogue")
     factories = [
         name
-        for name, fn in inspect.getmembers(hooks, inspect.isfunction)
-        if fn.__module__ == hooks.__name__
+        for module in (hooks, nan_guard, offload, timing)
+        for name, fn in inspect.getmembers(module, inspect.isfunction)
+        if fn.__module__ == module.__name__
         and not name.startswith("_")
         and inspect.signature(fn).return_annotation in ("Hook", hooks.Hook)
     ]
@@ -45,3 +49,35 @@ def test_benchmark_figures_are_the_ones_in_results_md():
             assert command.group(1) in results
         for figure in re.findall(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+", row):
             assert figure in results, f"README figure {figure} is not in benchmarks/RESULTS.md"
+
+
+def _subsection(title: str) -> str:
+    """From `title` to the next heading of level 2 or 3."""
+    start = README.index(title)
+    following = re.compile(r"^#{2,3} ", re.MULTILINE).search(README, start + len(title))
+    return README[start : following.start() if following else None]
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+
+
+def test_add_an_env_guide_trains_its_env_to_the_optimum(tmp_path, monkeypatch):
+    blocks = _python_blocks(_subsection("### Add an env"))
+    assert blocks, "no python block under '### Add an env'"
+    monkeypatch.chdir(tmp_path)  # the guide's run directory (runs/corridor) lands here
+    # A fresh module to run in: dataclasses look their class's module up in sys.modules.
+    guide = types.ModuleType("readme_add_an_env")
+    monkeypatch.setitem(sys.modules, guide.__name__, guide)
+    exec(compile("\n".join(blocks), "README.md (Add an env)", "exec"), guide.__dict__)
+
+    summary = guide.summary
+    params = guide.Corridor.params
+    assert summary["status"] == "completed"
+    # The only reward is 1 for reaching the last cell, so 1.0 is the optimum: every (greedy)
+    # evaluation episode gets there, and in the fewest steps, length - 1 moves to the right.
+    assert summary["final_eval_return"] == 1.0
+    assert summary["records"][-1]["evaluate/episode_length"] == params.length - 1
+    assert summary["env_steps"] >= 20000
+    assert (tmp_path / "runs" / "corridor" / "policy" / "params.npz").is_file()
+    assert summary["wall_s"] < 60, f"the guide's run took {summary['wall_s']:.0f} s"

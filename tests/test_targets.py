@@ -48,8 +48,9 @@ def test_ppo_cartpole_reaches_475_within_60s(seed, tmp_path):
         ("configs/ppo_pendulum.yaml", -250, 120),
         ("configs/dqn_cartpole.yaml", 475, 180),
         ("configs/sac_pendulum.yaml", -200, 180),
+        ("configs/td3_pendulum.yaml", -250, 180),
     ],
-    ids=["ppo_pendulum", "dqn_cartpole", "sac_pendulum"],
+    ids=["ppo_pendulum", "dqn_cartpole", "sac_pendulum", "td3_pendulum"],
 )
 def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_path):
     summary, wall = train(config, "seed=0", tmp_path=tmp_path)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from jaxrl_engine.algos.dqn import DQNConfig, DQNHParams, dqn
 from jaxrl_engine.algos.ppo import PPOConfig, PPOHParams, ppo
 from jaxrl_engine.algos.sac import SACConfig, SACHParams, sac
+from jaxrl_engine.algos.td3 import TD3Config, TD3HParams, td3
 
 ALGORITHMS: dict[str, type] = {
     "ppo": PPOConfig,
     "dqn": DQNConfig,
     "sac": SACConfig,
+    "td3": TD3Config,
 }
 
 __all__ = [
@@ -25,7 +27,10 @@ __all__ = [
     "PPOHParams",
     "SACConfig",
     "SACHParams",
+    "TD3Config",
+    "TD3HParams",
     "dqn",
     "ppo",
     "sac",
+    "td3",
 ]

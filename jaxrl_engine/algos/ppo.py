@@ -54,8 +54,8 @@ def gae(
     next_value: jax.Array,
     terminated: jax.Array,
     truncated: jax.Array,
-    gamma: float,
-    gae_lambda: float,
+    gamma: jax.Array | float,
+    gae_lambda: jax.Array | float,
 ) -> tuple[jax.Array, jax.Array]:
     """Generalised advantage estimation over `[num_steps, num_envs]`.
 

@@ -117,7 +117,7 @@ def twin_critic_init(critic: nn.Module, key: jax.Array, obs: jax.Array, action: 
 def twin_q(critic: nn.Module, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
     """Both Q-networks: f32[2, batch]; action in [-1, 1]."""
     q = jax.vmap(critic.apply, (0, None, None))(params, obs.astype(jnp.float32), action)
-    return q  # type: ignore[no-any-return]
+    return q  # type: ignore[return-value]
 
 
 def sac(

@@ -30,7 +30,7 @@ def one_key_at_a_time(fn: Any) -> Any:
     @call.def_vmap
     def rule(axis_size: int, in_batched: Sequence[Any], *inputs: Any) -> tuple[Any, Any]:
         def batched(x: Any, is_batched: bool) -> Any:
-            return x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+            return x if is_batched else jnp.broadcast_to(x, (axis_size, *jnp.shape(x)))
 
         inputs = jax.tree.map(batched, inputs, tuple(in_batched))
         out = jax.lax.map(lambda xs: call(*xs), inputs)

@@ -41,9 +41,10 @@ MAX_EPOCHS_PER_CALL = 64
 
 
 class Driver(Protocol):
-    """What `Engine.run` hands itself to (`jaxrl_engine.run.Driver` is the one shipped)."""
+    """What `Engine.run` hands itself to (`jaxrl_engine.run.Driver` is the one shipped):
+    `driver.run(engine, state, **kwargs)`."""
 
-    def run(self, engine: Engine, state: EngineState, **kwargs: Any) -> Any: ...
+    def run(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 class Engine:
@@ -161,7 +162,7 @@ class Engine:
         return self.algo.hparams
 
     def _init(self, key: jax.Array, hparams: Any) -> EngineState:
-        algo = self.algo
+        algo, hparams = self.algo, hparams_arrays(hparams)
         k_algo, k_env, k_run = jax.random.split(key, 3)
         train_state = one_key_at_a_time(algo.init)(k_algo, hparams)
         acting = algo.acting_params(train_state, hparams)
@@ -186,7 +187,7 @@ class Engine:
             rng=k_run,
             counters=Counters.zeros(),
             stats=stats,
-            hparams=hparams_arrays(hparams),
+            hparams=hparams,
         )
 
     def init_pure(self, key: jax.Array, hparams: Any = None) -> EngineState:

@@ -62,14 +62,15 @@ class TorchPPOLearner:
     ):
         import torch
 
-        if getattr(network, "critic_module", None) is None:
+        critic = network.critic_module
+        if critic is None:
             raise ValueError(
                 "algo.torch_policy.learner=torch needs torch modules for actor and critic "
                 "(algo.torch_policy.critic=torch)"
             )
         self.discrete, self.normalize_obs = network.discrete, normalize_obs
         self.update_epochs, self.num_minibatches = update_epochs, num_minibatches
-        self.actor, self.critic = network.actor_module, network.critic_module
+        self.actor, self.critic = network.actor_module, critic
         params = [*self.actor.parameters(), *self.critic.parameters()]
         self.log_std = None
         if not network.discrete:

@@ -9,8 +9,10 @@ valid choices, before anything is compiled.
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -52,10 +54,12 @@ class EvalConfig(Strict):
     )
 
 
-AlgoConfig = Annotated[
-    Union[tuple(ALGORITHMS.values())],  # type: ignore[valid-type]  # noqa: UP007
-    Field(discriminator="name"),
-]
+if TYPE_CHECKING:
+    AlgoConfig = Any  # one of the registered config classes (`algos.base.AlgoConfig`)
+else:
+    AlgoConfig = Annotated[
+        functools.reduce(operator.or_, ALGORITHMS.values()), Field(discriminator="name")
+    ]
 ALGO_NAMES = set(ALGORITHMS)
 
 

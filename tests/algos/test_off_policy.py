@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+from jaxrl_engine.algos.dqn import epsilon
 from tests.conftest import run_on_four_devices
 
 SMALL = {
@@ -107,14 +108,16 @@ def test_sync_every_k_makes_acting_weights_lag_the_learner(tmp_path):
 
 def test_train_ratio_sets_gradient_steps_per_epoch(tmp_path):
     engine = jre.build(config("sac", "algo.train_ratio=0.5", tmp_path=tmp_path))
-    assert engine.algo.grad_steps_per_epoch() == 16  # 0.5 x 8 steps x 4 envs
+    assert engine.algo.grad_steps_per_epoch == 16  # 0.5 x 8 steps x 4 envs
     state, _ = engine.epoch(engine.init(jax.random.key(0)))
     assert int(state.counters.grad_steps) == 16
 
 
 def test_dqn_epsilon_is_one_during_warm_up_then_decays(tmp_path):
     engine = jre.build(config("dqn", "algo.exploration_fraction=0.5", tmp_path=tmp_path))
-    eps = engine.algo.epsilon
+    hp, cfg = engine.hparams, engine.driver.cfg
+    run_steps = engine.num_epochs * engine.steps_per_epoch
+    eps = lambda steps: epsilon(steps, hp, cfg.algo.learning_starts, run_steps)  # noqa: E731
     assert float(eps(jnp.int32(10))) == 1.0  # below learning_starts=64
     assert float(eps(jnp.int32(64))) == pytest.approx(1.0 - 0.95 * 64 / 128)
     assert float(eps(jnp.int32(256))) == pytest.approx(0.05)
@@ -123,7 +126,7 @@ def test_dqn_epsilon_is_one_during_warm_up_then_decays(tmp_path):
 def test_sac_actions_are_squashed_into_the_env_bounds(tmp_path):
     engine = jre.build(config("sac", "algo.learning_starts=0", tmp_path=tmp_path))
     state = engine.init(jax.random.key(0))
-    params = engine.algo.acting_params(state.train)
+    params = engine.algo.acting_params(state.train, state.hparams)
     params = {**params, "actor": jax.tree.map(lambda x: 100.0 * x, params["actor"])}
     obs = jnp.ones((64, 3)) * 10
     action, _ = engine.algo.act(params, obs, jax.random.key(1), False)
@@ -181,7 +184,7 @@ DATA_PARALLEL = textwrap.dedent(
     """
     import json, jax, numpy as np
     import jaxrl_engine as jre
-    from jaxrl_engine.distributed import data_mesh
+    from jaxrl_engine.core.sharding import data_mesh
     from tests.algos.test_off_policy import config
     cfg = config("dqn", "env.num_envs=8", "eval.num_envs=8", "algo.buffer_size=400",
                  "algo.prioritized=true")

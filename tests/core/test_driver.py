@@ -21,7 +21,8 @@ def key_data(state):
 def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     cfg = small_config("total_env_steps=320", "eval.interval=2", tmp_path=tmp_path)  # 5 epochs
     engine = jre.build(cfg)
-    state, history = engine.run(engine.init(jax.random.key(0)))
+    state, history_summary = engine.run(engine.init(jax.random.key(0)))
+    history = history_summary["records"]
     run_dir = tmp_path / cfg.name
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -40,7 +41,6 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     assert math.isfinite(summary["final_eval_return"])
     assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
     assert summary["wall_s"] >= summary["compile_s"]
-    assert engine.last_summary["env_steps"] == summary["env_steps"]
 
     assert jre.load_config(run_dir / "config.yaml") == cfg
     assert int(state.counters.epoch) == 5
@@ -49,16 +49,19 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
 def test_run_resumes_up_to_the_total_number_of_epochs(small_cfg, tmp_path):
     engine = jre.build(small_cfg)  # 4 epochs
     state, _ = engine.epoch(engine.init(jax.random.key(0)))
-    state, history = engine.run(state, run_dir=tmp_path)
+    state, history_summary = engine.run(state, run_dir=tmp_path)
+    history = history_summary["records"]
     assert [r["epoch"] for r in history] == [2, 3, 4]
     assert int(state.counters.epoch) == 4
 
 
 def test_profile_mode_gives_the_fused_result_and_times_each_phase(tmp_path):
     fused_engine = jre.build(small_config(tmp_path=tmp_path / "fused"))  # 4 epochs, eval every 2
-    fused, fused_history = fused_engine.run(fused_engine.init(jax.random.key(3)))
+    fused, fused_history_summary = fused_engine.run(fused_engine.init(jax.random.key(3)))
+    fused_history = fused_history_summary["records"]
     profile_engine = jre.build(small_config("profile=true", tmp_path=tmp_path / "profile"))
-    profiled, profile_history = profile_engine.run(profile_engine.init(jax.random.key(3)))
+    profiled, profile_history_summary = profile_engine.run(profile_engine.init(jax.random.key(3)))
+    profile_history = profile_history_summary["records"]
 
     for a, b in zip(
         jax.tree.leaves(key_data(fused)), jax.tree.leaves(key_data(profiled)), strict=True
@@ -126,7 +129,8 @@ def test_the_driver_calls_once_per_evaluation_interval(tmp_path):
         return compiled(name, state, *args)
 
     engine.call = counting  # type: ignore[method-assign]
-    state, history = engine.run(engine.init(jax.random.key(0)))
+    state, history_summary = engine.run(engine.init(jax.random.key(0)))
+    history = history_summary["records"]
     # Chunks end at evaluations (4, 8) and at the end (10).
     assert calls == [
         ("epochs", 4),

@@ -181,7 +181,7 @@ def test_continuous_ppo_epoch_runs(tmp_path):
 def test_episode_stats_match_a_step_by_step_count():
     """The vectorised statistics equal a plain loop over steps (episodes spanning rollouts,
     several ends per env in one rollout, envs with no end)."""
-    from jaxrl_engine.core.engine import episode_stats
+    from jaxrl_engine.core.phases import episode_stats
     from jaxrl_engine.core.state import EpisodeStats
 
     rng = np.random.default_rng(0)

@@ -83,7 +83,8 @@ def test_every_padding_does_not_trip_nan_guard_in_the_driver(small_cfg, tmp_path
     """`every` pads its metrics with NaN on skipped epochs; that is not a non-finite failure."""
     assert small_cfg.nan_guard
     engine = jre.build(small_cfg, hooks={"train": [jre.every(2, marked)]})
-    _, history = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    _, history_summary = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    history = history_summary["records"]
     assert [r["epoch"] for r in history] == [1, 2, 3, 4]
     assert [r["train/marked"] == 1.0 for r in history] == [True, False, True, False]
 
@@ -104,7 +105,8 @@ def test_user_hook_metric_shows_up_in_epoch_metrics_and_run_history(small_cfg, t
     expected = float(optax.tree.norm(state.train.params))
     np.testing.assert_allclose(float(metrics["train/param_norm"]), expected, rtol=1e-5)
 
-    _, history = engine.run(state, run_dir=tmp_path)
+    _, history_summary = engine.run(state, run_dir=tmp_path)
+    history = history_summary["records"]
     assert all(r["train/param_norm"] > 0 for r in history)
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all("train/param_norm" in r for r in logged)
@@ -137,7 +139,8 @@ def test_nan_guard_stops_the_run_naming_phase_quantity_and_epoch(small_cfg, tmp_
 def test_nan_guard_off_lets_the_same_run_finish(tmp_path):
     cfg = small_config("nan_guard=false", tmp_path=tmp_path)
     engine = jre.build(cfg, hooks={"rollout": [poison_obs_at_epoch_3]})
-    _, history = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    _, history_summary = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    history = history_summary["records"]
     assert len(history) == 4
 
 
@@ -186,7 +189,7 @@ def test_timing_summary_lists_every_phase(small_cfg, capsys):
 def test_nan_guard_index_names_the_first_non_finite_quantity():
     """`guard/<phase>` is the index (in `guarded_quantities` order: sorted metrics, then the
     state paths) of the first quantity holding a NaN/Inf; integer and empty values are skipped."""
-    from jaxrl_engine.core.hooks import guarded_quantities, nan_guard
+    from jaxrl_engine.core.nan_guard import guarded_quantities, nan_guard
     from jaxrl_engine.core.state import Counters
 
     def phase_with(metrics, obs):

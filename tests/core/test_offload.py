@@ -8,8 +8,8 @@ import jax
 import numpy as np
 
 import jaxrl_engine as jre
-from jaxrl_engine.core.engine import OFFLOAD_PLACEMENT, OFFLOADED_BETWEEN_EPOCHS
-from jaxrl_engine.core.hooks import get_path
+from jaxrl_engine.core.offload import OFFLOAD_PLACEMENT, OFFLOADED_BETWEEN_EPOCHS
+from jaxrl_engine.core.state import get_path
 from tests.conftest import small_config
 
 PATHS = ("eval_params", "train.params", "train.opt_state")

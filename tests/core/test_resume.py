@@ -163,10 +163,6 @@ def test_sigkill_in_epoch_7_then_resume_equals_ten_straight_epochs_bitwise(
 
 
 def test_sigkill_and_exact_resume_for_dqn(tmp_path, cache_dir):
-    from jaxrl_engine.algos import ALGORITHMS
-
-    if "dqn" not in ALGORITHMS:
-        pytest.skip("algo.name=dqn is not available")
     dqn = [
         *(item for item in TEN_EPOCHS if not item.startswith("algo.")),
         "algo.name=dqn",

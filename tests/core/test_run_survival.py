@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from jaxrl_engine.core.driver import resume
+from jaxrl_engine.build import resume
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from tests.conftest import small_config
@@ -68,8 +68,9 @@ def test_python_resume_continues_metrics_and_state_like_one_run(tmp_path):
     engine, state = resume(run_dir)
     assert int(state.counters.epoch) == 3
     assert logged(run_dir) == [1, 2, 3]  # back to the checkpoint's copy
-    assert engine.cfg.name == "split" and engine.cfg.save_interval == 3
-    resumed, history = engine.run(state)
+    assert engine.driver.cfg.name == "split" and engine.driver.cfg.save_interval == 3
+    resumed, history_summary = engine.run(state)
+    history = history_summary["records"]
     assert [r["epoch"] for r in history] == [4, 5, 6]
     assert logged(run_dir) == [1, 2, 3, 4, 5, 6]
     for a, b in zip(
@@ -84,7 +85,8 @@ def test_resume_with_overrides_that_change_no_shape_extends_the_run(tmp_path):
     engine.run(engine.init(jax.random.key(0)))
     engine, state = resume(tmp_path / cfg.name, ["total_env_steps=384", "algo.ent_coef=0.0"])
     assert engine.num_epochs == 6 and int(state.counters.epoch) == 4
-    _, history = engine.run(state)
+    _, history_summary = engine.run(state)
+    history = history_summary["records"]
     assert [r["epoch"] for r in history] == [5, 6]
 
 

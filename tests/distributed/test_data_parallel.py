@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, jax, numpy as np
     import jaxrl_engine as jre
-    from jaxrl_engine.distributed import data_mesh
+    from jaxrl_engine.core.sharding import data_mesh
     assert len(jax.devices()) == 4, jax.devices()
     cfg = jre.load_config(None, ["env.num_envs=8", "eval.num_envs=8", "algo.num_steps=16",
         "algo.num_minibatches=2", "algo.update_epochs=2", "algo.hidden_sizes=[16,16]",

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPLIT = """
 import json, jax, numpy as np
 import jaxrl_engine as jre
-from jaxrl_engine.distributed.mesh import data_mesh
+from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.distributed.split import run_split
 cfg = jre.load_config("configs/dqn_cartpole.yaml", ["progress=false", "algo.learning_starts=512",
                                                     "algo.buffer_size=4096"])

@@ -10,9 +10,10 @@ import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine import cli
+from jaxrl_engine.core.phases import evaluate_episodes
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
-from jaxrl_engine.export import ExportError, acting_function
-from jaxrl_engine.export.evaluate import episode_returns, evaluate_run
+from jaxrl_engine.export.evaluate import evaluate_run
+from jaxrl_engine.export.policy import ExportError, acting_function
 from tests.conftest import small_config
 
 
@@ -31,9 +32,10 @@ def test_saved_policy_plays_the_same_episodes_as_the_trained_one(run):
     # The same episodes with the in-memory policy and the training code's act, on the
     # evaluation env params (gravity 12, not the default 9.8).
     env_params = GymnaxEnv.with_params(engine.env_params, {"gravity": 12.0})
-    returns, lengths = episode_returns(
-        engine.env, env_params, acting_function(engine), state.eval_params, 12, jax.random.key(5)
-    )
+    act = acting_function(engine)
+    returns, lengths = jax.jit(
+        lambda p, k: evaluate_episodes(engine.env, env_params, lambda o, _: act(p, o), 12, k)
+    )(state.eval_params, jax.random.key(5))
     assert stats["episodes"] == 12 and stats["env_id"] == "CartPole-v1"
     assert stats["return_mean"] == pytest.approx(float(returns.mean()))
     assert stats["return_min"] == pytest.approx(float(returns.min()))

@@ -15,7 +15,7 @@ import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine import cli
-from jaxrl_engine.export import (
+from jaxrl_engine.export.policy import (
     POLICY_DIR,
     ExportError,
     export_torch,
@@ -172,7 +172,7 @@ OFF_POLICY = {
 
 @pytest.mark.parametrize("overrides", OFF_POLICY.values(), ids=OFF_POLICY.keys())
 def test_off_policy_artefacts_reproduce_actions_without_the_engine(overrides, tmp_path):
-    from jaxrl_engine.export import acting_function, export_policy
+    from jaxrl_engine.export.policy import acting_function, export_policy
 
     small = ["env.num_envs=4", "eval.num_envs=4", "algo.num_steps=16", "progress=false"]
     cfg = jre.load_config(None, [*small, *overrides, "algo.hidden_sizes=[16,16]"])
@@ -203,7 +203,8 @@ def test_a_policy_acting_through_a_host_callback_warns_and_finishes_the_run(tmp_
     stale.mkdir(parents=True)
     (stale / "act.jaxexport").write_bytes(b"an earlier run's policy")
     with pytest.warns(UserWarning, match=r"policy not exported: .*host callback"):
-        _, history = engine.run(engine.init(jax.random.key(0)))
+        _, history_summary = engine.run(engine.init(jax.random.key(0)))
+        history = history_summary["records"]
     assert len(history) == 2 and (tmp_path / cfg.name / "summary.json").is_file()
     assert not (stale / "act.jaxexport").exists(), "eval would play an earlier run's policy"
 

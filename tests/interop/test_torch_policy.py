@@ -168,10 +168,10 @@ def _torch_cfg(tmp_path, *extra):
 
 def test_ppo_acts_with_the_torch_module_and_its_outputs(tmp_path):
     engine = jre.build(_torch_cfg(tmp_path))
-    network = engine.algo.network
+    network = engine.algo.static["network"]
     state = engine.init(jax.random.key(0))
     obs = state.env.obs
-    head, _, _ = engine.algo._dist(state.eval_params["net"], obs)
+    head, _, _ = engine.algo.static["dist"](state.eval_params["net"], obs)
     want = network.actor_module(torch.from_numpy(np.array(obs))).detach().numpy()
     np.testing.assert_allclose(np.asarray(head), want, rtol=1e-5, atol=1e-6)
     state, metrics = engine.epoch(state)
@@ -199,10 +199,10 @@ def test_bf16_acting_copy(tmp_path):
     actor = state.eval_params["net"]["actor"]
     assert {p.dtype for p in actor.values()} == {jnp.dtype(jnp.bfloat16)}
     assert {p.dtype for p in state.train.params["actor"].values()} == {jnp.dtype(jnp.float32)}
-    f32 = engine.algo._dist(
+    f32 = engine.algo.static["dist"](
         {**state.eval_params["net"], "actor": state.train.params["actor"]}, state.env.obs
     )[0]
-    bf16 = engine.algo._dist(state.eval_params["net"], state.env.obs)[0]
+    bf16 = engine.algo.static["dist"](state.eval_params["net"], state.env.obs)[0]
     np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)
 
 
@@ -270,6 +270,6 @@ def test_the_learner_state_does_not_alias_torch_so_the_epoch_can_donate_it(tmp_p
     engine = jre.build(_torch_cfg(tmp_path))
     state = engine.init(jax.random.key(0))
     check_donatable(state, "EngineState")  # init copied the torch weights into JAX buffers
-    actor = engine.algo.network.actor_module
+    actor = engine.algo.static["network"].actor_module
     for name, tensor in actor.state_dict().items():
         np.testing.assert_array_equal(np.asarray(state.train.params["actor"][name]), tensor.numpy())

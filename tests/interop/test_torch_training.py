@@ -46,7 +46,7 @@ def test_torch_learner_trains_in_torch_and_the_actor_acts_with_its_weights(tmp_p
         "algo.torch_policy.learner=torch", "algo.torch_policy.critic=torch", tmp_path=tmp_path
     )
     engine = jre.build(cfg)
-    learner = engine.algo.torch_learner
+    learner = engine.algo.static["torch_learner"]
     state = engine.init(jax.random.key(0))
     before = {k: v.clone() for k, v in learner.actor.state_dict().items()}
     state, metrics = engine.epoch(state)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from jaxrl_engine.core.engine import OFFLOADED_BETWEEN_EPOCHS
-from jaxrl_engine.core.hooks import get_path
+from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS
+from jaxrl_engine.core.state import get_path
 from jaxrl_engine.io.checkpoint import TMP_SUFFIX, Checkpointer, CheckpointError
 from tests.conftest import run_on_four_devices, small_config
 
@@ -33,7 +33,7 @@ def save(checkpoints: Checkpointer, engine, state, lines=()) -> Path:
     """Save and wait for the commit (orbax writes in the background)."""
     path = checkpoints.save(
         state,
-        config=engine.cfg.model_dump(mode="json"),
+        config=engine.driver.cfg.model_dump(mode="json"),
         metrics_lines=list(lines),
         num_epochs=engine.num_epochs,
     )
@@ -69,7 +69,7 @@ def test_round_trip_is_bitwise_with_the_engines_shardings_and_a_typed_key(engine
         assert x.sharding.is_equivalent_to(sharding, x.ndim)
         assert x.sharding.memory_kind == sharding.memory_kind
     assert info.epoch == 2 and info.metrics_lines == ['{"epoch": 1}', '{"epoch": 2}']
-    assert info.config == engine.cfg.model_dump(mode="json")
+    assert info.config == engine.driver.cfg.model_dump(mode="json")
     assert info.num_epochs == engine.num_epochs
 
 

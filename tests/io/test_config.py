@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import jaxrl_engine as jre
-from jaxrl_engine.io.config import ALGO_CONFIGS, PPOConfig
-from jaxrl_engine.io.run_dir import RunDir
+from jaxrl_engine.algos import ALGORITHMS as ALGO_CONFIGS
+from jaxrl_engine.algos.ppo import PPOConfig
+from jaxrl_engine.run.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
