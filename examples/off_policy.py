@@ -39,9 +39,7 @@ dqn_cfg = jre.load_config(
 )
 dqn = jre.build(dqn_cfg)
 dqn_state, dqn_summary = dqn.run(dqn.init(jax.random.key(0)))
-print(
-    f"DQN: eval return {dqn_summary['final_eval_return']:.1f} in {dqn_summary['wall_s']:.0f} s"
-)
+print(f"DQN: eval return {dqn_summary['final_eval_return']:.1f} in {dqn_summary['wall_s']:.0f} s")
 buffer = (
     dqn_state.buffer
 )  # a fixed-shape pytree inside the state: [capacity / num_envs, num_envs, ...]
@@ -77,9 +75,7 @@ sac_cfg = jre.load_config(
 )
 sac = jre.build(sac_cfg)
 sac_state, sac_summary = sac.run(sac.init(jax.random.key(0)))
-print(
-    f"SAC: eval return {sac_summary['final_eval_return']:.1f} in {sac_summary['wall_s']:.0f} s"
-)
+print(f"SAC: eval return {sac_summary['final_eval_return']:.1f} in {sac_summary['wall_s']:.0f} s")
 
 # %% [markdown]
 # ## Learning curves

@@ -3,8 +3,9 @@
 Two kinds, kept apart:
 - traced hooks (safe inside jit): `offload_after`, `reload_before` (`core.offload`),
   `nan_guard` (`core.nan_guard`), `every` (here);
-- host hooks, applied by the Python driver around a compiled call: `timed` (`core.timing`) and
-  the run's logging, progress, checkpoint and export hooks (`jaxrl_engine.run.host_hooks`).
+- host transforms, applied by the Python driver around a compiled call: `timed`
+  (`core.timing`). The run's logging, progress, checkpoints, summary and export are host hooks
+  of another shape (objects with start/end events: `jaxrl_engine.run.host_hooks`).
 
 A hook sees only the phase it wraps and the state it is given; it never reaches into another
 hook. `chain(a, b)(phase) == b(a(phase))`: `a` wraps the phase first, so `b` is outermost

@@ -71,7 +71,7 @@ def run_split(
     if engine.algo.on_policy:
         raise ValueError(
             f"run_split: algo.name={engine.algo.name!r} is on-policy; the actor-learner "
-            "split trains on data one epoch old, which only off-policy algorithms (dqn, sac) "
+            "split trains on data one epoch old, which only off-policy algorithms (dqn, sac, td3) "
             "accept"
         )
     if engine.offload:

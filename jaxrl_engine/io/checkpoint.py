@@ -258,8 +258,10 @@ class Checkpointer:
     ) -> None:
         """Refuse a checkpoint whose leaves differ (path, shape, dtype) from the engine's state.
 
-        config: the resolved config the engine was built from (its differences from the
-        checkpoint's are named in the message)."""
+        config: the resolved config the engine was built from (default: its driver's); its
+        differences from the checkpoint's are named in the message."""
+        if config is None and hasattr(getattr(engine, "driver", None), "cfg"):
+            config = engine.driver.cfg.model_dump(mode="json")  # type: ignore[union-attr]
         expected = layout(engine.state_shape)
         stored = info.leaves
         problems = []

@@ -2,7 +2,7 @@
 
 Traced hooks transform a phase inside jit (`core.hooks`); host hooks run in Python around the
 compiled calls, in the order they are listed (`Driver(cfg, host_hooks=[...])` puts the
-user's after logging, checkpoints and progress, before the summary and the policy export). Each method is optional:
+user's after checkpoints, logging and progress, before the summary and the policy export). Each method is optional:
 
     start(run)              before the first call (open files, check the run directory)
     next_boundary(epoch)    an epoch after which the driver must stop a chunk (e.g. a save)
@@ -281,9 +281,10 @@ def default_host_hooks(
     on_epoch: Callable[[Record], None] | None = None,
     user: Sequence[HostHook] = (),
 ) -> list[HostHook]:
-    """The driver's hooks, in order: logging, checkpoints, `on_epoch`, progress, the user's,
-    then the summary and the policy export (which see what the others left)."""
-    hooks: list[HostHook] = [Logging(), Checkpointing(cfg.save_interval, cfg.keep_checkpoints)]
+    """The driver's hooks, in order: checkpoints (first: they check the run directory before
+    anything in it changes), logging, `on_epoch`, progress, the user's, then the summary and
+    the policy export (which see what the others left)."""
+    hooks: list[HostHook] = [Checkpointing(cfg.save_interval, cfg.keep_checkpoints), Logging()]
     if on_epoch is not None:
         hooks.append(OnEpoch(on_epoch))
     return [*hooks, ProgressBar(progress), *user, Summary(), ExportPolicy()]

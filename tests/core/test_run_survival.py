@@ -4,6 +4,7 @@ checkpoints do not fit the state that is started in them."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import jax
@@ -175,8 +176,10 @@ def test_a_state_older_than_the_directorys_checkpoints_is_refused(tmp_path):
 
 
 def test_cli_reports_a_non_finite_stop_with_exit_3_and_the_summary(tmp_path, monkeypatch, capsys):
-    import jaxrl_engine.core.engine as engine_module
     from jaxrl_engine import cli
+
+    # The module, not `jre.build` (the function the package re-exports under the same name).
+    engine_module = importlib.import_module("jaxrl_engine.build")
     from tests.conftest import SMALL
 
     real_build = engine_module.build
