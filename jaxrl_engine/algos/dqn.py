@@ -177,19 +177,13 @@ def dqn(
         )
         return new_state, metrics
 
-    return Algorithm(
-        name="dqn",
-        hparams=hparams if hparams is not None else DQNHParams(),
+    return replay.algorithm(
+        "dqn",
+        hparams if hparams is not None else DQNHParams(),
         init=init,
         acting_params=acting_params,
         act=act,
-        init_buffer=replay.init_buffer,
-        complete_trajectory=replay.complete_trajectory,
-        add_to_buffer=replay.add_to_buffer,
-        update_dataset=replay.update_dataset,
         train=train,
-        grad_steps_per_epoch=replay.grad_steps,
-        on_policy=False,
         static={"network": network, "q_values": q_values},
     )
 

@@ -43,7 +43,7 @@ from pydantic import Field
 
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.core.protocols import EnvSpec, Metrics
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Metrics
 from jaxrl_engine.io.schema import Strict
 
 
@@ -195,6 +195,34 @@ class Replay:
             grad_steps = s.grad_steps + jnp.where(self.learning(train_state), self.grad_steps, 0)
         return s.replace(updates=s.updates + 1, grad_steps=grad_steps)
 
+    def algorithm(
+        self,
+        name: str,
+        hparams: Any,
+        init: Callable[..., Any],
+        acting_params: Callable[..., Any],
+        act: Callable[..., Any],
+        train: Callable[..., Any],
+        static: dict[str, Any],
+    ) -> Algorithm:
+        """The `Algorithm` bundle of an off-policy algorithm: its own init, acting and train,
+        and this replay's buffer, sampling and schedule."""
+        return Algorithm(
+            name=name,
+            hparams=hparams,
+            init=init,
+            acting_params=acting_params,
+            act=act,
+            init_buffer=self.init_buffer,
+            complete_trajectory=self.complete_trajectory,
+            add_to_buffer=self.add_to_buffer,
+            update_dataset=self.update_dataset,
+            train=train,
+            grad_steps_per_epoch=self.grad_steps,
+            on_policy=False,
+            static=static,
+        )
+
 
 def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of a continuous action space, f32[*action_shape]."""
@@ -278,3 +306,17 @@ class OffPolicyConfig(Strict):
             mode=self.buffer_mode,
             prioritized=self.prioritized,
         )
+
+
+class ContinuousOffPolicyConfig(OffPolicyConfig):
+    """The sizes SAC and TD3 share: a gradient step per env step, 256-wide networks."""
+
+    train_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
+    )
+    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
+    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [256, 256], description="MLP widths (actor and both critics)"
+    )

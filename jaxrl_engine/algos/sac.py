@@ -13,7 +13,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
@@ -26,7 +26,7 @@ from pydantic import Field
 from jaxrl_engine.algos.base import adam
 from jaxrl_engine.algos.networks import MLP
 from jaxrl_engine.algos.off_policy import (
-    OffPolicyConfig,
+    ContinuousOffPolicyConfig,
     Replay,
     ReplayBatch,
     Schedule,
@@ -267,34 +267,19 @@ def sac(
         )
         return new_state, metrics
 
-    return Algorithm(
-        name="sac",
-        hparams=hparams if hparams is not None else SACHParams(target_entropy=-float(action_dim)),
+    return replay.algorithm(
+        "sac",
+        hparams if hparams is not None else SACHParams(target_entropy=-float(action_dim)),
         init=init,
         acting_params=acting_params,
         act=act,
-        init_buffer=replay.init_buffer,
-        complete_trajectory=replay.complete_trajectory,
-        add_to_buffer=replay.add_to_buffer,
-        update_dataset=replay.update_dataset,
         train=train,
-        grad_steps_per_epoch=replay.grad_steps,
-        on_policy=False,
         static={"actor": actor, "critic": critic},
     )
 
 
-class SACConfig(OffPolicyConfig):
+class SACConfig(ContinuousOffPolicyConfig):
     name: Literal["sac"] = "sac"
-    train_ratio: float = Field(
-        1.0,
-        gt=0,
-        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
-    )
-    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [256, 256], description="MLP widths (actor and both critics)"
-    )
     actor_lr: float = Field(3e-4, gt=0, description="actor Adam learning rate")
     critic_lr: float = Field(3e-4, gt=0, description="critic Adam learning rate")
     alpha_lr: float = Field(3e-4, gt=0, description="entropy-temperature Adam learning rate")

@@ -17,7 +17,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
@@ -29,7 +29,7 @@ from pydantic import Field
 
 from jaxrl_engine.algos.base import adam
 from jaxrl_engine.algos.networks import MLP
-from jaxrl_engine.algos.off_policy import OffPolicyConfig, Replay, ReplayBatch, Schedule
+from jaxrl_engine.algos.off_policy import ContinuousOffPolicyConfig, Replay, ReplayBatch, Schedule
 from jaxrl_engine.algos.sac import ActionScale, Critic, twin_critic_init, twin_q
 from jaxrl_engine.buffers import replay as replay_buffer
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
@@ -209,34 +209,19 @@ def td3(
         )
         return new_state, metrics
 
-    return Algorithm(
-        name="td3",
-        hparams=hparams if hparams is not None else TD3HParams(),
+    return replay.algorithm(
+        "td3",
+        hparams if hparams is not None else TD3HParams(),
         init=init,
         acting_params=acting_params,
         act=act,
-        init_buffer=replay.init_buffer,
-        complete_trajectory=replay.complete_trajectory,
-        add_to_buffer=replay.add_to_buffer,
-        update_dataset=replay.update_dataset,
         train=train,
-        grad_steps_per_epoch=replay.grad_steps,
-        on_policy=False,
         static={"actor": actor, "critic": critic, "policy_delay": policy_delay},
     )
 
 
-class TD3Config(OffPolicyConfig):
+class TD3Config(ContinuousOffPolicyConfig):
     name: Literal["td3"] = "td3"
-    train_ratio: float = Field(
-        1.0,
-        gt=0,
-        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
-    )
-    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [256, 256], description="MLP widths (actor and both critics)"
-    )
     actor_lr: float = Field(1e-3, gt=0, description="actor Adam learning rate")
     critic_lr: float = Field(1e-3, gt=0, description="critic Adam learning rate")
     tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target actor and critics")
