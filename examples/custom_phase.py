@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrl_engine as jre
-from jaxrl_engine.build import make_algorithm
+from jaxrl_engine.compose import make_algorithm
 from jaxrl_engine.envs.gymnax_env import make_env
 
 REWARD_SCALE = 1.0 / 16.0  # Pendulum's worst step is -16.27: scaled rewards lie in [-1.02, 0]

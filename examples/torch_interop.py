@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import jaxrl_engine as jre
-from jaxrl_engine.build import num_epochs
+from jaxrl_engine.compose import num_epochs
 from jaxrl_engine.envs import make_env
 from jaxrl_engine.export.evaluate import evaluate_run
 from jaxrl_engine.interop import from_torch, shares_memory

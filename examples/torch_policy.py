@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import jaxrl_engine as jre
-from jaxrl_engine.build import num_epochs
+from jaxrl_engine.compose import num_epochs
 from jaxrl_engine.envs import make_env
 from jaxrl_engine.interop.torch_env import TorchCartPole, TorchSimRollout
 from jaxrl_engine.interop.torch_policy import TorchActorCritic

@@ -6,7 +6,7 @@ functions with traced hyperparameters; `make_train(cfg)` is the whole training a
 function of a key and hyperparameters.
 """
 
-from jaxrl_engine.build import build, hparams, make_train, resume
+from jaxrl_engine.compose import build, hparams, make_train, resume
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.hooks import Hook, chain, every
 from jaxrl_engine.core.nan_guard import NonFiniteError, nan_guard

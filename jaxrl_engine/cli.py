@@ -38,7 +38,7 @@ def _start(config: str | None, overrides: list[str]) -> tuple[Any, Any]:
     cfg = load_config(config, overrides)
     import jax
 
-    from jaxrl_engine.build import build
+    from jaxrl_engine.compose import build
 
     engine = build(cfg)
     return engine, engine.init(jax.random.key(cfg.seed))
@@ -56,7 +56,7 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         if args.resume:
-            from jaxrl_engine.build import resume
+            from jaxrl_engine.compose import resume
 
             engine, state = resume(args.resume, overrides)
         else:

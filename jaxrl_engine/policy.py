@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jax
 
-from jaxrl_engine.build import build
+from jaxrl_engine.compose import build
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params

@@ -2,12 +2,12 @@
 
 The intended layering, front to back (a layer imports only layers to its right):
 
-    cli, policy -> build -> run, export -> algos, envs, interop, io -> core (+ buffers)
+    cli, policy -> compose -> run, export -> algos, envs, interop, io -> core (+ buffers)
 
 What is enforced today (extend ALLOWED_IMPORTS / FORBIDDEN_IMPORTS to enforce more):
 - no import cycle between any two modules of `jaxrl_engine`;
 - `core` imports only `core` and the fixed-shape `buffers`;
-- `algos` knows neither torch (`interop`), the driver (`run`, `build`), nor files and the front
+- `algos` knows neither torch (`interop`), the driver (`run`, `compose`), nor files and the front
   ends (`export`, `cli`, `policy`).
 
 Every import statement counts, wherever it sits (inside functions, under `if TYPE_CHECKING:`):
@@ -38,7 +38,7 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
 # Rule: modules under the key may not import any module under these prefixes.
 FORBIDDEN_IMPORTS: dict[str, tuple[str, ...]] = {
     "jaxrl_engine.algos": tuple(
-        f"jaxrl_engine.{m}" for m in ("interop", "run", "build", "export", "cli", "policy")
+        f"jaxrl_engine.{m}" for m in ("interop", "run", "compose", "export", "cli", "policy")
     ),
 }
 

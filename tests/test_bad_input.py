@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxrl_engine as jre
+import jaxrl_engine.compose as build_module
 import jaxrl_engine.core.engine as engine_module
 from jaxrl_engine import cli
 from tests.conftest import SMALL
@@ -55,7 +56,7 @@ def run_copy(finished_run, tmp_path) -> Path:
 @pytest.fixture
 def nothing_built(monkeypatch):
     """Building an engine raises `Reached`: a fresh run's bad input must be caught before."""
-    monkeypatch.setattr(engine_module, "build", mock.Mock(side_effect=Reached("build")))
+    monkeypatch.setattr(build_module, "build", mock.Mock(side_effect=Reached("build")))
 
 
 @pytest.fixture
@@ -217,7 +218,7 @@ def test_random_overrides_through_the_cli_train_or_fail_cleanly(overrides, capsy
         valid = True
     except jre.ConfigError:
         valid = False
-    with mock.patch.object(engine_module, "build", side_effect=Reached("build")):
+    with mock.patch.object(build_module, "build", side_effect=Reached("build")):
         try:
             status = cli.main(["train", *SMALL, *overrides])
         except Reached:

@@ -13,6 +13,7 @@ from unittest import mock
 import jax
 import pytest
 
+import jaxrl_engine.compose as build_module
 import jaxrl_engine.core.engine as engine_module
 from jaxrl_engine import cli
 from tests.conftest import SMALL
@@ -36,7 +37,7 @@ def no_compile(monkeypatch):
         "jax.jit": mock.Mock(side_effect=CompiledTooEarly("jax.jit called")),
     }
     monkeypatch.setattr(engine_module.Engine, "__init__", mocks["Engine.__init__"])
-    monkeypatch.setattr(engine_module, "build", mocks["build"])
+    monkeypatch.setattr(build_module, "build", mocks["build"])
     monkeypatch.setattr(jax, "jit", mocks["jax.jit"])
     return mocks
 

@@ -1,7 +1,7 @@
 """The engine: hooked, jitted phases over one `EngineState`, the fused epoch, warm-up.
 
 `Engine(env, algorithm, ...)` knows the `Env` and `Algorithm` protocols only: no config, no
-files, no export. `jaxrl_engine.build` turns a `Config` into one; a user can build one directly,
+files, no export. `jaxrl_engine.compose` turns a `Config` into one; a user can build one directly,
 replace any phase (`phases={"update_dataset": my_phase}`) and add hooks per phase.
 """
 

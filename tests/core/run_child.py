@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 
 import jaxrl_engine as jre
-from jaxrl_engine.build import resume
+from jaxrl_engine.compose import resume
 
 PAUSE_IN_EPOCH = int(os.environ.get("PAUSE_IN_EPOCH", "0"))
 KILL_IN_WRITER = int(os.environ.get("KILL_IN_CHECKPOINT_WRITER", "0"))

@@ -15,7 +15,7 @@ import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine.algos.ppo import gae
-from jaxrl_engine.build import make_algorithm
+from jaxrl_engine.compose import make_algorithm
 from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import get_path

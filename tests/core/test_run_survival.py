@@ -4,7 +4,6 @@ checkpoints do not fit the state that is started in them."""
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import jax
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from jaxrl_engine.build import resume
+from jaxrl_engine.compose import resume
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from tests.conftest import small_config
@@ -176,10 +175,8 @@ def test_a_state_older_than_the_directorys_checkpoints_is_refused(tmp_path):
 
 
 def test_cli_reports_a_non_finite_stop_with_exit_3_and_the_summary(tmp_path, monkeypatch, capsys):
+    import jaxrl_engine.compose as engine_module
     from jaxrl_engine import cli
-
-    # The module, not `jre.build` (the function the package re-exports under the same name).
-    engine_module = importlib.import_module("jaxrl_engine.build")
     from tests.conftest import SMALL
 
     real_build = engine_module.build
