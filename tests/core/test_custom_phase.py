@@ -21,6 +21,7 @@ from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import get_path
 from jaxrl_engine.envs.gymnax_env import make_env
 from tests.conftest import small_config
+from tests.core.test_engine import key_data, leaves_equal
 
 SCALE = 0.25
 KEY = "update_dataset/reward_scale"
@@ -80,18 +81,6 @@ def kinds(state) -> dict[str, set[str]]:
     return {
         p: {x.sharding.memory_kind for x in jax.tree.leaves(get_path(state, p))} for p in OFFLOADED
     }
-
-
-def leaves_equal(a, b) -> bool:
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    return len(la) == len(lb) and all(
-        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-        for x, y in zip(la, lb, strict=True)
-    )
-
-
-def key_data(state):
-    return state.replace(rng=jax.random.key_data(state.rng))
 
 
 @pytest.fixture(scope="module")
