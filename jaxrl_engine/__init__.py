@@ -6,19 +6,73 @@ functions with traced hyperparameters; `make_train(cfg)` is the whole training a
 function of a key and hyperparameters.
 """
 
-from jaxrl_engine.compose import build, hparams, make_train, resume
-from jaxrl_engine.core.engine import Engine
-from jaxrl_engine.core.hooks import Hook, chain, every
-from jaxrl_engine.core.nan_guard import NonFiniteError, nan_guard
-from jaxrl_engine.core.offload import offload_after, reload_before
-from jaxrl_engine.core.protocols import ActionSpec, Algorithm, Env, EnvSpec
-from jaxrl_engine.core.state import EngineState, Metrics, Phase
-from jaxrl_engine.core.timing import Timer, timed
-from jaxrl_engine.core.warm_up import ShapeMismatchError
-from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
-from jaxrl_engine.io.config import Config, ConfigError, load_config
-from jaxrl_engine.policy import make_policy
-from jaxrl_engine.run import Driver, HostHook, RunInfo, TrainingInterrupted
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jaxrl_engine.compose import build, hparams, make_train, resume
+    from jaxrl_engine.core.engine import Engine
+    from jaxrl_engine.core.hooks import Hook, chain, every
+    from jaxrl_engine.core.nan_guard import NonFiniteError, nan_guard
+    from jaxrl_engine.core.offload import offload_after, reload_before
+    from jaxrl_engine.core.protocols import ActionSpec, Algorithm, Env, EnvSpec
+    from jaxrl_engine.core.state import EngineState, Metrics, Phase
+    from jaxrl_engine.core.timing import Timer, timed
+    from jaxrl_engine.core.warm_up import ShapeMismatchError
+    from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+    from jaxrl_engine.io.config import Config, ConfigError, load_config
+    from jaxrl_engine.policy import make_policy
+    from jaxrl_engine.run import Driver, HostHook, RunInfo, TrainingInterrupted
+
+# Imported on first use (PEP 562): `import jaxrl_engine` and the CLI's argument parsing stay
+# fast, and JAX starts only when something needs it.
+_SOURCES = {
+    "build": "compose",
+    "hparams": "compose",
+    "make_train": "compose",
+    "resume": "compose",
+    "Engine": "core.engine",
+    "Hook": "core.hooks",
+    "chain": "core.hooks",
+    "every": "core.hooks",
+    "NonFiniteError": "core.nan_guard",
+    "nan_guard": "core.nan_guard",
+    "offload_after": "core.offload",
+    "reload_before": "core.offload",
+    "ActionSpec": "core.protocols",
+    "Algorithm": "core.protocols",
+    "Env": "core.protocols",
+    "EnvSpec": "core.protocols",
+    "EngineState": "core.state",
+    "Metrics": "core.state",
+    "Phase": "core.state",
+    "Timer": "core.timing",
+    "timed": "core.timing",
+    "ShapeMismatchError": "core.warm_up",
+    "Checkpointer": "io.checkpoint",
+    "CheckpointError": "io.checkpoint",
+    "Config": "io.config",
+    "ConfigError": "io.config",
+    "load_config": "io.config",
+    "make_policy": "policy",
+    "Driver": "run",
+    "HostHook": "run",
+    "RunInfo": "run",
+    "TrainingInterrupted": "run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'jaxrl_engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"jaxrl_engine.{_SOURCES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SOURCES])
+
 
 __all__ = [
     "ActionSpec",

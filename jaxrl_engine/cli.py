@@ -1,66 +1,110 @@
 """`jaxrl-engine train [CONFIG] [key=value ...] [--resume RUN_DIR]`: train from a config or
-continue a run; the last stdout line is the summary.
+continue a run; the last stdout line is the summary (strict JSON).
 
-Exit status: 0 trained; 2 bad input (config, env id, shapes, checkpoints), reported before any
-compile; 3 stopped by a non-finite value; 75 stopped by SIGINT/SIGTERM after a checkpoint
-(resume it with --resume). A second SIGINT ends the process at once (killed by the signal).
+Exit status: 0 trained (or the run was finished already: its summary is printed, nothing is
+rewritten); 2 bad input (config, env id, shapes, torch factory, checkpoints, a run directory in
+use by another run), reported before any compile; 3 stopped by a non-finite value; 74 an
+operating-system error while running (disk full, permissions), the last good checkpoint kept;
+75 stopped by SIGINT/SIGTERM after a checkpoint (resume it with --resume); 130 interrupted
+(Ctrl-C) before training started. A second SIGINT ends the process at once (killed by the
+signal).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 from typing import Any
-
-from jaxrl_engine.io.config import ConfigError, load_config
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
+EXIT_OS_ERROR = 74  # EX_IOERR
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: try again later (resume)
+EXIT_CTRL_C = 130  # 128 + SIGINT
+MAX_MESSAGE = 2000  # characters of an error message shown
 
 
 def _fail(message: str, status: int) -> int:
+    if len(message) > MAX_MESSAGE:
+        message = f"{message[:MAX_MESSAGE]}... ({len(message) - MAX_MESSAGE} more characters)"
     print(f"jaxrl-engine: {message}", file=sys.stderr)
     return status
+
+
+def _print_json(summary: dict[str, Any]) -> None:
+    from jaxrl_engine.io.files import strict_json
+
+    print(strict_json(summary))
 
 
 def _bad_input() -> tuple[type[Exception], ...]:
     from jaxrl_engine.core.warm_up import ShapeMismatchError
     from jaxrl_engine.export.policy import ExportError
     from jaxrl_engine.io.checkpoint import CheckpointError
+    from jaxrl_engine.io.config import ConfigError
+    from jaxrl_engine.io.files import RunDirError
 
-    return (ConfigError, ShapeMismatchError, CheckpointError, ExportError)
+    return (ConfigError, ShapeMismatchError, CheckpointError, ExportError, RunDirError)
 
 
-def _start(config: str | None, overrides: list[str]) -> tuple[Any, Any]:
-    """(engine, state) of a fresh run; the config is validated before JAX starts."""
-    cfg = load_config(config, overrides)
-    import jax
+def _latest_checkpoint(run: Path | None) -> Path | None:
+    """The run's newest committed checkpoint directory (read from the file names only)."""
+    if run is None or not (run / "checkpoints").is_dir():
+        return None
+    epochs = [
+        (int(p.name.removeprefix("epoch_")), p)
+        for p in (run / "checkpoints").iterdir()
+        if p.name.removeprefix("epoch_").isdigit()
+    ]
+    return max(epochs)[1] if epochs else None
 
-    from jaxrl_engine.compose import build
 
-    engine = build(cfg)
-    return engine, engine.init(jax.random.key(cfg.seed))
+def _resume_hint(run: Path | None) -> str:
+    checkpoint = _latest_checkpoint(run)
+    if checkpoint is None:
+        return "no checkpoint was written, so there is nothing to resume"
+    return f"continue with: jaxrl-engine train --resume {run}"
 
 
 def _train(args: argparse.Namespace) -> int:
     config, overrides = None, list(args.items)
     if overrides and "=" not in overrides[0]:
         config = overrides.pop(0)
-    if args.resume and config is not None:
+    if args.resume is not None and not args.resume.strip():
+        return _fail(
+            "--resume needs a run directory, e.g. --resume runs/ppo_cartpole", EXIT_BAD_INPUT
+        )
+    if args.from_checkpoint is not None and args.resume is None:
+        return _fail("--from-checkpoint N goes with --resume RUN_DIR", EXIT_BAD_INPUT)
+    if args.resume is not None and config is not None:
         return _fail(
             f"--resume continues with the run's own config; drop the config file {config!r} "
             "(key=value overrides are allowed)",
             EXIT_BAD_INPUT,
         )
+    run: Path | None = Path(args.resume) if args.resume is not None else None
     try:
-        if args.resume:
+        from jaxrl_engine.io.config import load_config
+
+        if args.resume is not None:
             from jaxrl_engine.compose import resume
 
-            engine, state = resume(args.resume, overrides)
+            engine, state = resume(
+                args.resume,
+                overrides,
+                epoch=args.from_checkpoint,
+                factory_hint="algo.torch_policy.factory={factory} on the command line",
+            )
         else:
-            engine, state = _start(config, overrides)
+            cfg = load_config(config, overrides)
+            run = Path(cfg.run_dir) / cfg.name
+            import jax
+
+            from jaxrl_engine.compose import build
+
+            engine = build(cfg)
+            state = engine.init(jax.random.key(cfg.seed))
         from jaxrl_engine.core.nan_guard import NonFiniteError
         from jaxrl_engine.run.driver import Driver, TrainingInterrupted
 
@@ -68,21 +112,27 @@ def _train(args: argparse.Namespace) -> int:
             _, summary = engine.run(state)
         except NonFiniteError as e:
             notes = "; ".join(getattr(e, "__notes__", []))
-            print(json.dumps(e.summary))
+            if e.summary is not None:
+                _print_json(e.summary)
             return _fail(f"{e}" + (f" ({notes})" if notes else ""), EXIT_NON_FINITE)
         except TrainingInterrupted as e:
-            print(json.dumps(e.summary))
-            return _fail(
-                f"{e}; continue with: jaxrl-engine train --resume {e.summary['run_dir']}",
-                EXIT_INTERRUPTED,
-            )
+            _print_json(e.summary)
+            return _fail(f"{e}; {_resume_hint(run)}", EXIT_INTERRUPTED)
     except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
         # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
         return _fail(str(e), EXIT_BAD_INPUT)
+    except OSError as e:
+        checkpoint = _latest_checkpoint(run)
+        kept = (
+            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is fixed"
+            if checkpoint is not None
+            else "no checkpoint was written"
+        )
+        return _fail(f"stopped by an OS error: {e}; {kept}", EXIT_OS_ERROR)
     if isinstance(engine.driver, Driver) and engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
     summary.pop("records")
-    print(json.dumps(summary))
+    _print_json(summary)
     return 0
 
 
@@ -107,7 +157,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     try:
         stats = evaluate_run(args.run, episodes=args.episodes, seed=args.seed)
-    except (ConfigError, ValueError) as e:  # ExportError is a ValueError
+    except ValueError as e:  # ConfigError, ExportError, CheckpointError are ValueErrors
         return _fail(str(e), EXIT_BAD_INPUT)
     print(
         f"{stats['env_id']}: {stats['episodes']} episodes, return {stats['return_mean']:.2f} "
@@ -115,21 +165,21 @@ def _eval(args: argparse.Namespace) -> int:
         f"{stats['return_median']:.2f}, max {stats['return_max']:.2f}), "
         f"length {stats['length_mean']:.1f}"
     )
-    print(json.dumps(stats))
+    _print_json(stats)
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
+    import json
     from pathlib import Path
 
     from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_torch
-    from jaxrl_engine.io.checkpoint import CheckpointError
     from jaxrl_engine.policy import export_from_checkpoint
 
     policy = Path(args.run) / POLICY_DIR
     try:
         if args.checkpoint:
-            export_from_checkpoint(args.run)
+            export_from_checkpoint(args.run, factory=args.factory)
         if not (policy / "meta.json").is_file():
             raise ExportError(
                 f"{args.run} has no exported policy ({policy}/meta.json); "
@@ -143,7 +193,7 @@ def _export(args: argparse.Namespace) -> int:
                 "the JAX artefact is policy.py",
                 file=sys.stderr,
             )
-    except (ExportError, CheckpointError, ConfigError) as e:
+    except _bad_input() as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     print(policy)
     return 0
@@ -183,6 +233,12 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
         action="store_true",
         help="first (re)write the JAX artefact from the run's latest checkpoint",
     )
+    export.add_argument(
+        "--factory",
+        metavar="MODULE:FN",
+        help="the torch factory of a run trained with algo.torch_policy: a run directory is "
+        "data, so the factory it names is imported only when you name the same one here",
+    )
 
 
 USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export}
@@ -201,13 +257,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     train.add_argument("items", nargs="*", metavar="[CONFIG] [key=value]")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue this run directory")
+    train.add_argument(
+        "--from-checkpoint",
+        type=int,
+        metavar="N",
+        help="with --resume: continue from the checkpoint of epoch N instead of the latest (e.g. "
+        "when the latest is corrupted); the later checkpoints are moved to "
+        "RUN_DIR/discarded_checkpoints/",
+    )
     _add_user_verbs(verbs)
     args = parser.parse_args(argv)
-    if args.verb == "train":
-        return _train(args)
-    if args.verb in USER_VERBS:
+    try:
+        if args.verb == "train":
+            return _train(args)
         return USER_VERBS[args.verb](args)
-    return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before training started (imports, build, compile)
+        where = f"; {_resume_hint(Path(args.resume))}" if getattr(args, "resume", None) else ""
+        return _fail(f"interrupted (Ctrl-C) before training started{where}", EXIT_CTRL_C)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from jaxrl_engine.io.compile_cache import enable_compile_cache
 from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
-from jaxrl_engine.run.run_dir import write_metrics_lines
 
 
 def num_epochs(cfg: Config) -> int:
@@ -122,21 +121,75 @@ def make_train(cfg: Config, **build_kwargs: Any) -> Callable[..., tuple[EngineSt
     return make_engine_train(build(cfg, **build_kwargs))
 
 
+TRUSTED_FACTORY_MODULE = "jaxrl_engine.interop.torch_nets"  # the package's own factories
+
+
+def config_from_run(
+    stored: dict[str, Any], overrides: Sequence[str] = (), *, source: str, how: str
+) -> Config:
+    """The config of a run directory (its config.yaml or a checkpoint's), with `overrides`.
+
+    A run directory is data, never code: nothing it names is imported or loaded on its word.
+    A torch factory outside this package is used only when the user names the same one in
+    `overrides` (`how` says where: a CLI flag or an override), else `ConfigError`; a stored
+    `compile_cache_dir` (compiled executables are code) is dropped unless given again.
+    """
+    overrides = list(overrides)
+    given = [item.split("=", 1)[0] for item in overrides]
+    raw = copy.deepcopy(stored)
+    cache = raw.get("compile_cache_dir")
+    if cache and "compile_cache_dir" not in given:
+        raw["compile_cache_dir"] = None
+        print(
+            f"jaxrl-engine: not using the compile cache {cache!r} that {source} names (compiled "
+            f"code is not taken from a run directory); pass compile_cache_dir={cache} to use it",
+            file=sys.stderr,
+        )
+    cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
+    algo = stored.get("algo")
+    torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
+    factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
+    if factory is None or str(factory).partition(":")[0] == TRUSTED_FACTORY_MODULE:
+        return cfg
+    named = any(key in ("algo", "algo.torch_policy", "algo.torch_policy.factory") for key in given)
+    if not named:
+        raise ConfigError(
+            f"{source} names the torch factory {factory!r} for its policy; a run directory is "
+            "data, never code, so it is not imported on its word: if that module is yours, "
+            f"name it yourself with {how.format(factory=factory)}"
+        )
+    if cfg.algo.torch_policy.factory != factory:
+        raise ConfigError(
+            f"algo.torch_policy.factory={cfg.algo.torch_policy.factory!r} is not the factory "
+            f"{factory!r} that {source} was trained with; its weights belong to that network: "
+            "name the same one"
+        )
+    return cfg
+
+
 def resume(
-    run_dir: str | Path, overrides: list[str] | None = None, **build_kwargs: Any
+    run_dir: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    epoch: int | None = None,
+    factory_hint: str = "algo.torch_policy.factory={factory}",
+    **build_kwargs: Any,
 ) -> tuple[Engine, EngineState]:
     """Continue a run: `engine, state = resume("runs/x"); engine.run(state)`.
 
-    Builds the engine from the latest checkpoint's config (with dotted `overrides`, which may
-    not change any shape), restores the whole state onto the engine's shardings and puts the
+    Builds the engine from the checkpoint's config (the latest, or that of `epoch`; dotted
+    `overrides` may not change any shape) and restores the whole state onto the engine's
+    shardings; nothing in the run directory changes here. `engine.run(state)` then puts the
     run's `metrics.jsonl` back to the checkpoint's copy (records written after the checkpoint
-    are dropped: resuming computes them again, identically). The hyperparameters are the
-    resolved config's (an override of a numeric one applies from here on). Raises
-    `CheckpointError` or `ConfigError` with one clear message, before anything is compiled.
+    are computed again, identically) and, when an earlier `epoch` was chosen, sets the later
+    checkpoints aside in `discarded_checkpoints/`. A finished run's `engine.run` returns its
+    summary unchanged. The hyperparameters are the resolved config's (an override of a numeric
+    one applies from here on). Raises `CheckpointError` or `ConfigError` with one clear
+    message, before anything is compiled.
     """
     path = Path(run_dir)
-    if not path.is_dir():
-        raise CheckpointError(f"cannot resume: run directory {str(path)!r} does not exist")
+    if not str(run_dir) or not path.is_dir():
+        raise CheckpointError(f"cannot resume: run directory {str(run_dir)!r} does not exist")
     if path.name == "checkpoints" or (path / "_CHECKPOINT_METADATA").exists():
         raise CheckpointError(
             f"cannot resume from {str(path)!r}: that is a checkpoint; pass its run directory "
@@ -148,24 +201,26 @@ def resume(
             f"cannot resume: {str(path)!r} has no checkpoints/ (is it a run directory? runs "
             "with save_interval=0 write none)"
         )
+    for item in overrides or []:
+        if item.split("=", 1)[0] in ("name", "run_dir"):
+            raise ConfigError(
+                f"override {item!r}: a resumed run stays in its run directory {str(path)!r}"
+            )
     checkpoints = Checkpointer(path / "checkpoints", read_only=True)
     try:
-        info = checkpoints.info()
-        for item in overrides or []:
-            if item.split("=", 1)[0] in ("name", "run_dir"):
-                raise ConfigError(
-                    f"override {item!r}: a resumed run stays in its run directory {str(path)!r}"
-                )
-        raw = copy.deepcopy(info.config)
-        raw.update(name=path.name, run_dir=str(path.parent))
-        cfg = config_from_dict(raw, overrides)
+        info = checkpoints.info(epoch)
+        stored = {**info.config, "name": path.name, "run_dir": str(path.parent)}
+        cfg = config_from_run(
+            stored, overrides or [], source=f"checkpoint {str(info.path)!r}", how=factory_hint
+        )
         engine = build(cfg, **build_kwargs)
         resolved = cfg.model_dump(mode="json")
         state, info = checkpoints.restore(engine, info.epoch, config=resolved)
     finally:
         checkpoints.close()
     state = engine.with_hparams(state, engine.hparams)
-    write_metrics_lines(path, info.metrics_lines)
+    if epoch is not None and isinstance(engine.driver, Driver):
+        engine.driver.resume_from = info.epoch
     changes = config_changes(info.config, resolved)
     print(
         f"jaxrl-engine: resuming {path} from its checkpoint of epoch {info.epoch}"

@@ -13,22 +13,32 @@ from pathlib import Path
 
 import jax
 
-from jaxrl_engine.compose import build
+from jaxrl_engine.compose import build, config_from_run
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params
 from jaxrl_engine.io.checkpoint import Checkpointer
-from jaxrl_engine.io.config import config_from_dict, load_config
+from jaxrl_engine.io.config import load_config
+from jaxrl_engine.io.files import check_no_symlinks
+from jaxrl_engine.run.run_dir import RunLock
+
+# `loggers` may name wandb, which acting does not need installed.
+QUIET = ["loggers=[jsonl]", "progress=false"]
+FACTORY_HINT = "make_policy(..., factory={factory!r}) (CLI: --factory {factory})"
 
 
-def _engine_for_run(run: Path) -> Engine:
+def _engine_for_run(run: Path, factory: str | None) -> Engine:
     if not (run / "config.yaml").is_file():
         raise ExportError(f"{run} is not a run directory (no config.yaml)")
-    # `loggers` may name wandb, which acting does not need installed.
-    return build(load_config(run / "config.yaml", ["loggers=[jsonl]", "progress=false"]))
+    stored = load_config(run / "config.yaml", QUIET).model_dump(mode="json")
+    return build(config_from_run(stored, _overrides(factory), source=str(run), how=FACTORY_HINT))
 
 
-def _checkpoint_params(run: Path) -> tuple[Engine, EngineState]:
+def _overrides(factory: str | None) -> list[str]:
+    return QUIET + ([] if factory is None else [f"algo.torch_policy.factory={factory}"])
+
+
+def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineState]:
     """(engine, state) of the run's latest checkpoint; the engine from its stored config."""
     if not (run / "checkpoints").is_dir():
         raise ExportError(f"{run} has no checkpoints/ to read a policy from")
@@ -36,7 +46,10 @@ def _checkpoint_params(run: Path) -> tuple[Engine, EngineState]:
     try:
         info = checkpoints.info()
         raw = {**info.config, "name": run.name, "run_dir": str(run.parent)}
-        engine = build(config_from_dict(raw, ["loggers=[jsonl]", "progress=false"]))
+        cfg = config_from_run(
+            raw, _overrides(factory), source=f"checkpoint {str(info.path)!r}", how=FACTORY_HINT
+        )
+        engine = build(cfg)
         state, _ = checkpoints.restore(engine, info.epoch)
     finally:
         checkpoints.close()
@@ -48,13 +61,16 @@ def make_policy(
     deterministic: bool = True,
     *,
     checkpoint: bool = False,
+    factory: str | None = None,
 ) -> Callable[..., jax.Array]:
     """`policy(obs, key=None) -> action`, jittable: obs `[batch, *obs_shape]` -> the action the
     env takes `[batch, *action_shape]` (continuous actions clipped to the bounds).
 
     deterministic: the evaluation action (argmax / mean); otherwise sampled with `key`
     (required then). checkpoint: read the params from the latest checkpoint even when the run
-    has an exported policy.
+    has an exported policy. factory: the torch factory of a run trained with
+    `algo.torch_policy` (a run directory is data: the factory it names is imported only when
+    you name the same one here).
     """
     if isinstance(source, tuple):
         engine, state = source
@@ -62,10 +78,10 @@ def make_policy(
     else:
         run = Path(source)
         if checkpoint or not (run / POLICY_DIR / "params.npz").is_file():
-            engine, state = _checkpoint_params(run)
+            engine, state = _checkpoint_params(run, factory)
             params = state.eval_params
         else:
-            engine = _engine_for_run(run)
+            engine = _engine_for_run(run, factory)
             params = load_params(engine, run / POLICY_DIR)
     params = jax.device_get(params)
     act, clip = engine.algo.act, engine.spec.action.clip
@@ -80,9 +96,16 @@ def make_policy(
     return policy
 
 
-def export_from_checkpoint(run_dir: str | Path) -> Path:
+def export_from_checkpoint(run_dir: str | Path, factory: str | None = None) -> Path:
     """Write `<run_dir>/policy/` from the run's latest full-state checkpoint, e.g. for a run
-    stopped by SIGINT before its end-of-run export. The run directory is otherwise only read."""
+    stopped by SIGINT before its end-of-run export (holding the run directory's lock, so not
+    while a run trains in it). The run directory is otherwise only read."""
     run = Path(run_dir)
-    engine, state = _checkpoint_params(run)
-    return export_policy(engine, state.eval_params, run / POLICY_DIR)
+    engine, state = _checkpoint_params(run, factory)
+    lock = RunLock(run)
+    lock.acquire()
+    try:
+        check_no_symlinks(run)
+        return export_policy(engine, state.eval_params, run / POLICY_DIR)
+    finally:
+        lock.release()

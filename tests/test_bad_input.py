@@ -4,12 +4,15 @@ then property tests: random overrides (fresh and --resume) load or fail cleanly,
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from unittest import mock
 
 import jax
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -244,3 +247,134 @@ def test_random_overrides_on_resume_continue_or_fail_cleanly(overrides, finished
     assert_clean_refusal(status, out, err)
     assert (finished_run / "metrics.jsonl").read_text() == before  # a refusal changes nothing
     assert (finished_run / "checkpoints" / "epoch_4").is_dir()
+
+
+# ------------------------------------------- fuzzing the whole `train` command, training for real
+FUZZ_KEYS = [
+    *KEYS,
+    "name",
+    "run_dir",
+    "offload",
+    "nan_guard",
+    "eval.num_envs",
+    "eval.env_params",
+    "env.params",
+    "algo.name",
+    "algo.gamma",
+    "algo.update_epochs",
+    "algo.torch_policy",
+]
+FUZZ_VALUES = [
+    *VALUES,
+    "2147483648",
+    "-2147483649",
+    "99999999999999999999",
+    "1e39",
+    "-1e-300",
+    "../x",
+    "a/b",
+    "''",
+    "'\\x00'",
+    "{max_steps_in_episode: -1}",
+    "{gravity: 1e40}",
+    "dqn",
+    "sac",
+    "td3",
+    "[64, -1]",
+    "!!binary aGk=",
+    "&a [*a]",
+    "*undefined",
+]
+fuzz_override = st.one_of(
+    st.tuples(st.sampled_from(FUZZ_KEYS), st.sampled_from(FUZZ_VALUES)).map("=".join),
+    st.tuples(st.sampled_from(FUZZ_KEYS), st.text(max_size=6)).map("=".join),
+    st.text(max_size=10),
+)
+scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
+)
+yaml_value = st.recursive(
+    scalar,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+config_doc = st.dictionaries(
+    st.sampled_from(
+        ["seed", "total_env_steps", "env", "eval", "algo", "name", "bogus", "save_interval"]
+    ),
+    st.one_of(
+        yaml_value,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "id": st.sampled_from(["CartPole-v1", "Pendulum-v1", "nope"]),
+                "num_envs": st.integers(-2, 2**40),
+                "name": st.sampled_from(["ppo", "dqn", "sac", "td3", "x"]),
+                "lr": st.floats(allow_nan=True, allow_infinity=True),
+                "params": yaml_value,
+            },
+        ),
+    ),
+    max_size=4,
+)
+raw_yaml = st.text(alphabet="ab01:-[]{}&*!|>#,.'\" \n\t", max_size=40)
+# Applied last: whatever was asked, a valid config trains briefly and out of sight.
+FORCED = [*SMALL, "loggers=[jsonl]", "compile_cache_dir=null"]
+
+
+def _files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if not p.is_dir()}
+
+
+def _train_in(directory: Path, argv: list[str], capsys) -> None:
+    """`jaxrl-engine train ...` in process from `directory`: exit 0 or 2, never a traceback,
+    and every file written lies inside the run directory of the config it resolved."""
+    capsys.readouterr()
+    before = _files_under(directory)
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        status = cli.main(["train", *argv])
+    finally:
+        os.chdir(cwd)
+    out, err = capsys.readouterr()
+    assert status in (0, cli.EXIT_BAD_INPUT), (argv, err)
+    assert "Traceback" not in err and len(err) < 4000, (argv, err)
+    written = _files_under(directory) - before
+    if status == cli.EXIT_BAD_INPUT:
+        assert out == "" and err.startswith("jaxrl-engine: "), (argv, err)
+        assert not written, (argv, written)
+    else:
+        summary = json.loads(out.strip().splitlines()[-1])
+        run = (directory / summary["run_dir"]).resolve()
+        assert run.is_relative_to(directory.resolve()), (argv, run)
+        assert all(p.resolve().is_relative_to(run) for p in written), (argv, written)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(overrides=st.lists(fuzz_override, max_size=3))
+def test_fuzzed_overrides_train_or_exit_2_and_write_only_their_run_directory(
+    overrides, capsys, tmp_path_factory
+):
+    directory = tmp_path_factory.mktemp("fuzz")
+    _train_in(directory, [*overrides, *FORCED], capsys)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=st.one_of(config_doc.map(lambda d: yaml.safe_dump(d)), raw_yaml))
+def test_fuzzed_yaml_documents_train_or_exit_2_and_write_only_their_run_directory(
+    document, capsys, tmp_path_factory
+):
+    directory = tmp_path_factory.mktemp("fuzz")
+    (directory / "config.yaml").write_text(document)
+    _train_in(directory, ["config.yaml", *FORCED], capsys)

@@ -12,7 +12,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -189,6 +189,8 @@ def dqn(
 
 
 class DQNConfig(OffPolicyConfig):
+    action_space: ClassVar[str] = "discrete"
+
     name: Literal["dqn"] = "dqn"
     lr: float = Field(2.5e-4, gt=0, description="Adam learning rate")
     anneal_lr: bool = Field(False, description="anneal the learning rate linearly to 0")

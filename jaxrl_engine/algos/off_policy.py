@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +44,7 @@ from pydantic import Field
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Metrics
-from jaxrl_engine.io.schema import Strict
+from jaxrl_engine.io.schema import Strict, check_int32_count, run_epochs
 
 
 class ReplayBatch(struct.PyTreeNode):
@@ -279,7 +279,14 @@ class OffPolicyConfig(Strict):
                 f"algo.train_ratio={self.train_ratio} x algo.num_steps * env.num_envs "
                 f"= {per_epoch} env steps per epoch must be a whole number >= 1 of gradient steps"
             )
-        run_steps = -(-total_env_steps // per_epoch) * per_epoch
+        epochs = run_epochs(total_env_steps, self.num_steps, n)
+        check_int32_count(
+            "the run's gradient steps: epochs (total_env_steps / (algo.num_steps * "
+            f"env.num_envs), rounded up: {epochs}) * algo.train_ratio * algo.num_steps * "
+            "env.num_envs",
+            epochs * round(grad_steps),
+        )
+        run_steps = epochs * per_epoch
         if self.buffer_mode == "fixed" and self.buffer_size < run_steps:
             raise ValueError(
                 f"algo.buffer_mode=fixed cannot hold the run: algo.buffer_size={self.buffer_size}"
@@ -310,6 +317,8 @@ class OffPolicyConfig(Strict):
 
 class ContinuousOffPolicyConfig(OffPolicyConfig):
     """The sizes SAC and TD3 share: a gradient step per env step, 256-wide networks."""
+
+    action_space: ClassVar[str] = "continuous"
 
     train_ratio: float = Field(
         1.0,

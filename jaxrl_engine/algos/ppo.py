@@ -11,7 +11,7 @@ config section that builds it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,7 @@ from jaxrl_engine.algos.networks import (
 from jaxrl_engine.algos.normalize import RunningMeanStd
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
-from jaxrl_engine.io.schema import Strict
+from jaxrl_engine.io.schema import Strict, check_int32_count, run_epochs
 
 
 class PPOState(struct.PyTreeNode):
@@ -346,6 +346,8 @@ class TorchPolicyConfig(Strict):
 
 
 class PPOConfig(Strict):
+    action_space: ClassVar[str] = "any"  # discrete or continuous
+
     name: Literal["ppo"] = "ppo"
     num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
     update_epochs: int = Field(4, gt=0, description="passes over the rollout per epoch")
@@ -369,7 +371,14 @@ class PPOConfig(Strict):
     )
 
     def check(self, num_envs: int, total_env_steps: int) -> None:
+        """Minibatches that divide the rollout; a run's gradient steps that fit int32."""
         minibatch_size(self.num_steps, num_envs, self.num_minibatches)
+        epochs = run_epochs(total_env_steps, self.num_steps, num_envs)
+        check_int32_count(
+            "the run's gradient steps: epochs (total_env_steps / (algo.num_steps * "
+            f"env.num_envs), rounded up: {epochs}) * algo.update_epochs * algo.num_minibatches",
+            epochs * self.update_epochs * self.num_minibatches,
+        )
 
     def hparams(self, spec: EnvSpec) -> PPOHParams:
         return PPOHParams(

@@ -36,15 +36,45 @@ class GymnaxEnv:
         self.params = self.with_params(default, param_overrides or {})
 
     @staticmethod
-    def with_params(params: Any, overrides: dict[str, Any]) -> Any:
-        """Env params with `overrides` applied; an unknown field names the valid ones."""
+    def with_params(params: Any, overrides: dict[str, Any], key: str = "params") -> Any:
+        """Env params with `overrides` applied (`key`: the config key named in errors).
+
+        Each value must have its default's type: an int param takes an int, a bool param a
+        bool, a float param a number; an int param whose default is positive must stay
+        positive (e.g. `max_steps_in_episode`); array params cannot be overridden.
+        """
         fields = {f.name for f in dataclasses.fields(params)}
         unknown = sorted(set(overrides) - fields)
         if unknown:
             raise ValueError(
-                f"unknown env param(s) {unknown}; valid choices: {', '.join(sorted(fields))}"
+                f"{key}: unknown env param(s) {unknown}; valid choices: {', '.join(sorted(fields))}"
             )
-        return params.replace(**overrides)
+        values = {}
+        for name, value in overrides.items():
+            default = getattr(params, name)
+            where = f"{key}.{name}={value!r}"
+            if isinstance(default, bool | np.bool_):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{where}: must be true or false (its default is {default})")
+            elif isinstance(default, int | np.integer):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{where}: must be an integer (its default is {default})")
+                if default > 0 and value <= 0:
+                    raise ValueError(
+                        f"{where}: must be a positive integer (its default is {default}; an int "
+                        "param with a positive default stays positive)"
+                    )
+            elif isinstance(default, float | np.floating):
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ValueError(f"{where}: must be a number (its default is {default})")
+                value = float(value)
+            else:
+                shape = tuple(getattr(default, "shape", ()))
+                raise ValueError(
+                    f"{where}: this param is an array of shape {shape}; it cannot be overridden"
+                )
+            values[name] = value
+        return params.replace(**values)
 
     def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         return self.env.reset(key, params)

@@ -82,7 +82,8 @@ def _conv2d(prefix: str, m: torch.nn.Conv2d) -> Layer:
     if m.padding_mode != "zeros":
         raise UnsupportedModuleError(
             f"module {prefix[:-1] or '<root>'}: Conv2d padding_mode={m.padding_mode!r} is not "
-            "supported by the fast path (only 'zeros'); use the universal path"
+            "supported by the fast path (only 'zeros'); use the universal path "
+            "(algo.torch_policy.path=universal)"
         )
     if isinstance(m.padding, str):
         padding: Any = m.padding.upper()
@@ -153,8 +154,8 @@ def _layers(module: torch.nn.Module, prefix: str) -> list[Layer]:
     raise UnsupportedModuleError(
         f"module {where} ({type(module).__name__}) is not supported by the fast path, which "
         f"translates nn.Sequential stacks of: {SUPPORTED}. Use the universal path instead "
-        "(TorchNetwork(module, path='universal') or algo.torch_policy.path=universal), which "
-        "calls any module through a callback"
+        "(algo.torch_policy.path=universal, or TorchFunction(module, path='universal') in "
+        "jaxrl_engine.interop.torch_policy), which calls any module through a callback"
     )
 
 

@@ -68,19 +68,48 @@ def _orthogonal(layer: Any, gain: float) -> Any:
     return layer
 
 
+class TorchPolicyError(ValueError):
+    """The torch policy of `algo.torch_policy` cannot be set up (factory, kwargs or shapes)."""
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message` (at most 200 characters) for one-line reports."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    line = line if len(line) <= 200 else line[:197] + "..."
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
 def resolve_factory(spec: str) -> Callable[..., Any]:
-    """`"package.module:function"` -> the function (errors name the spec and what failed)."""
+    """`"package.module:function"` -> the function; `TorchPolicyError` naming what failed."""
+    where = f"algo.torch_policy.factory {spec!r}"
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(
-            f"torch factory {spec!r} must be 'package.module:function', "
-            "e.g. 'jaxrl_engine.interop.torch_nets:mlp'"
+        raise TorchPolicyError(
+            f"{where} must be 'package.module:function', e.g. 'jaxrl_engine.interop.torch_nets:mlp'"
         )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"torch factory {spec!r}: cannot import {module_name!r}: {e}") from e
-    fn = getattr(module, attr, None)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name + ".").startswith(e.name + "."):
+            msg = f"{where}: importing {module_name!r} raised {first_line(e)}"
+            raise TorchPolicyError(msg) from None
+        if module_name.endswith(".py") or "/" in module_name:
+            raise TorchPolicyError(
+                f"{where}: name a module in dotted form ('nets:make' for nets.py), not a file"
+            ) from None
+        raise TorchPolicyError(
+            f"{where}: no module named {e.name!r}; the module must be importable: installed, "
+            "or in a directory on PYTHONPATH (the jaxrl-engine command does not search the "
+            "current directory: run PYTHONPATH=. jaxrl-engine ... for a module there)"
+        ) from None
+    except Exception as e:  # the module's own code failed
+        raise TorchPolicyError(
+            f"{where}: importing {module_name!r} raised {first_line(e)}"
+        ) from None
+    if not hasattr(module, attr):
+        raise TorchPolicyError(f"{where}: module {module_name} has no {attr!r}")
+    fn = getattr(module, attr)
     if not callable(fn):
-        raise ValueError(f"torch factory {spec!r}: {module_name} has no function {attr!r}")
+        raise TorchPolicyError(f"{where}: {attr} is not callable ({type(fn).__name__})")
     return fn

@@ -13,12 +13,15 @@ Either way the weights are JAX params (a flat dict keyed like the module's state
 JAX learner updates; `export_to_torch(params, module)` writes them back into the module.
 `TorchActorCritic` puts a torch actor (and optionally a torch critic; else a flax MLP critic)
 behind the network interface PPO uses (`init(key, obs)`, `apply(params, obs)`).
+`build_torch_policy` (the config's way in) checks the factory and runs its modules once in
+torch against the env's shapes first, raising `TorchPolicyError` (a ValueError) before any tracing.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 import threading
 from collections.abc import Sequence
@@ -28,8 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_engine.interop.convert import Params, module_to_jax
+from jaxrl_engine.interop.convert import Params, UnsupportedModuleError, module_to_jax
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
+from jaxrl_engine.interop.torch_nets import TorchPolicyError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -307,28 +311,140 @@ class TorchActorCritic:
 
 
 def build_torch_policy(torch_cfg: Any, spec: Any, hidden_sizes: Sequence[int], activation: str):
-    """`TorchActorCritic` from an `algo.torch_policy` config section and the env spec."""
-    import torch
+    """`TorchActorCritic` from an `algo.torch_policy` config section and the env spec.
 
+    Raises `TorchPolicyError` (a ValueError) before anything is traced when the factory cannot
+    be imported or called, or its modules do not fit the env (run once in torch to check).
+    """
     from jaxrl_engine.interop.torch_nets import mlp, resolve_factory
 
+    where = f"algo.torch_policy.factory {torch_cfg.factory!r}"
+    try:
+        import torch
+    except ImportError as e:
+        raise TorchPolicyError(f"{where}: torch is not installed ({e})") from None
     factory = resolve_factory(torch_cfg.factory)
     discrete = spec.action.discrete
-    action_dim = spec.action.num_actions or int(np.prod(spec.action.shape))
+    action_dim = int(spec.action.num_actions or np.prod(spec.action.shape))
     torch.manual_seed(torch_cfg.torch_seed)
     kwargs = dict(torch_cfg.kwargs)
     if factory is mlp:  # the built-in MLP follows algo.hidden_sizes / algo.activation
         kwargs.setdefault("hidden_sizes", tuple(hidden_sizes))
         kwargs.setdefault("activation", activation)
-    actor = factory(spec.obs_shape, int(action_dim), 0.01, **kwargs)
-    critic = factory(spec.obs_shape, 1, 1.0, **kwargs) if torch_cfg.critic == "torch" else None
-    return TorchActorCritic(
-        actor,
-        action_dim=int(action_dim),
-        discrete=discrete,
-        critic=critic,
-        path=torch_cfg.path,
-        hidden_sizes=hidden_sizes,
-        activation=activation,
-        acting_dtype=torch_cfg.acting_dtype,
-    )
+    call = functools.partial(_call_factory, factory, where, kwargs, dict(torch_cfg.kwargs))
+    actor = call(spec.obs_shape, action_dim, 0.01)
+    critic = call(spec.obs_shape, 1, 1.0) if torch_cfg.critic == "torch" else None
+    env = f"env {spec.env_id}" if getattr(spec, "env_id", None) else "the env"
+    if discrete:
+        wanted = f"{env} has {action_dim} actions"
+    else:
+        wanted = f"{env} has {action_dim}-dimensional actions (shape {tuple(spec.action.shape)})"
+    _check_module(actor, f"{where}: the torch actor", spec.obs_shape, env, action_dim, wanted)
+    if critic is not None:
+        wanted = "a critic must output 1 value (the state value)"
+        _check_module(critic, f"{where}: the torch critic", spec.obs_shape, env, 1, wanted)
+    try:
+        return TorchActorCritic(
+            actor,
+            action_dim=action_dim,
+            discrete=discrete,
+            critic=critic,
+            path=torch_cfg.path,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            acting_dtype=torch_cfg.acting_dtype,
+        )
+    except UnsupportedModuleError as e:
+        raise TorchPolicyError(f"{where}: {e}") from None
+
+
+def _call_factory(
+    factory: Any,
+    where: str,
+    kwargs: dict[str, Any],
+    given: dict[str, Any],
+    in_shape: tuple[int, ...],
+    out_dim: int,
+    scale: float,
+) -> torch.nn.Module:
+    """`factory(in_shape, out_dim, scale, **kwargs)`, which must return an nn.Module
+    (`given`: the user's `algo.torch_policy.kwargs`, for messages)."""
+    import torch
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins and some C callables have none
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(in_shape, out_dim, scale, **kwargs)
+        except TypeError as e:
+            empty = inspect.Parameter.empty
+            plain = [p.replace(annotation=empty) for p in signature.parameters.values()]
+            takes = signature.replace(parameters=plain, return_annotation=empty)
+            raise TorchPolicyError(
+                f"{where}: cannot be called as f(in_shape, out_dim, out_scale, "
+                f"**algo.torch_policy.kwargs) with algo.torch_policy.kwargs {given}: {e}; "
+                f"it takes {takes}"
+            ) from None
+    try:
+        module = factory(in_shape, out_dim, scale, **kwargs)
+    except Exception as e:
+        raise TorchPolicyError(
+            f"{where}: the factory raised {first_line(e)} (called with in_shape={in_shape}, "
+            f"out_dim={out_dim}, out_scale={scale}, algo.torch_policy.kwargs {given})"
+        ) from None
+    if not isinstance(module, torch.nn.Module):
+        raise TorchPolicyError(
+            f"{where}: the factory returned {type(module).__name__}, not a torch.nn.Module"
+        )
+    return module
+
+
+def _check_module(
+    module: torch.nn.Module,
+    what: str,
+    obs_shape: tuple[int, ...],
+    env: str,
+    out_dim: int,
+    wanted: str,
+) -> None:
+    """Run `module` once (eval mode, no grad) on one zero observation: it must accept the
+    env's observations and output `[1, out_dim]`."""
+    import torch
+
+    weights = list(float_state(module).values())
+    dtype = weights[0].dtype if weights else torch.float32
+    device = weights[0].device if weights else None
+    x = torch.zeros((1, *obs_shape), dtype=dtype, device=device)
+    training = module.training
+    try:
+        with torch.no_grad():
+            y = module.eval()(x)
+    except Exception as e:
+        raise TorchPolicyError(
+            f"{what} does not accept {env}'s observations of shape {tuple(obs_shape)}"
+            f"{_expected_input(module)}: torch raised {first_line(e)}"
+        ) from None
+    finally:
+        module.train(training)
+    if not isinstance(y, torch.Tensor):
+        raise TorchPolicyError(f"{what} returns {type(y).__name__}, not a tensor; {wanted}")
+    if tuple(y.shape) != (1, out_dim):
+        if y.ndim == 2 and y.shape[0] == 1:
+            got = f"outputs {y.shape[1]} values per observation"
+        else:
+            got = f"outputs shape {list(y.shape)} for one observation, not [1, {out_dim}]"
+        raise TorchPolicyError(f"{what} {got}; {wanted}")
+
+
+def _expected_input(module: torch.nn.Module) -> str:
+    """'; its first Linear takes N input features' (or Conv2d channels), if it has one."""
+    from torch import nn
+
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            return f"; its first Linear takes {m.in_features} input features"
+        if isinstance(m, nn.Conv2d):
+            return f"; its first Conv2d takes {m.in_channels} input channels"
+    return ""

@@ -5,13 +5,22 @@ where N is `counters.epoch` of the saved state (the number of finished epochs). 
 - `state`: every leaf of the `EngineState` (params, optimizer state, acting params, env state,
   buffer, batch, counters, stats); typed PRNG keys are stored as `jax.random.key_data` and
   rewrapped on restore. Leaves are stored flat, in `jax.tree` order, so any pytree works.
-- `meta`: JSON with the format version, the resolved config, the `metrics.jsonl` lines written
-  so far, and per leaf its path, shape, dtype, key implementation and CRC-32 of its bytes.
+- `meta` (`meta/metadata`): strict JSON with the format version, the resolved config, the
+  `metrics.jsonl` lines written so far, per leaf its path, shape, dtype, key implementation and
+  CRC-32 of its bytes, and `sha256`: the SHA-256 of the canonical JSON of all the rest.
 
 Atomic: orbax writes into `epoch_<N>.orbax-checkpoint-tmp` and renames it when complete, and
 deletes old checkpoints (keep the newest `keep`) only after the new one is committed; a crash
-while writing leaves the previous checkpoints as they were. Orbax/tensorstore do not detect
-flipped bytes in array data, so restore checks every leaf's CRC-32 and refuses a mismatch.
+while writing leaves the previous checkpoints as they were. A failed write (disk full, any OS
+error) raises one `CheckpointWriteError` and removes its temporary directory.
+
+Integrity: orbax/tensorstore do not detect flipped bytes, so `info` refuses metadata that does
+not match its `sha256`, and restore refuses a leaf whose bytes do not match its CRC-32, or
+that has no CRC-32 although it is fully addressable (a CRC is skipped only for arrays that
+are not, in multi-process runs). This detects corruption and hand edits, not a deliberate
+forger (who can recompute the hashes). Nothing in a checkpoint is ever imported or executed.
+Errors name the file and offer the newest earlier checkpoint whose metadata is intact
+(`jaxrl-engine train --resume <run dir> --from-checkpoint N`).
 
 Restore places every leaf with the engine's `state_sharding` (mesh layout and memory kind,
 e.g. `pinned_host` with offload), so the compiled epoch accepts the restored state as is.
@@ -22,6 +31,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
 import shutil
 import sys
 import threading
@@ -40,13 +55,23 @@ if TYPE_CHECKING:
     from jaxrl_engine.core.engine import Engine
     from jaxrl_engine.core.state import EngineState
 
-FORMAT = 2  # 2: the state carries `hparams`
+FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha256`
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
+META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
+CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable, corrupted or written for another config."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, another OS error); earlier ones are intact."""
+
+
+class _Corrupted(Exception):
+    """Metadata that cannot be trusted (its message lacks the fallback hint)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +83,19 @@ class CheckpointInfo:
     config: dict[str, Any]  # the resolved config it was written with (`Config.model_dump`)
     metrics_lines: list[str]  # `metrics.jsonl` as it was when the checkpoint was written
     num_epochs: int  # the run's total epochs when it was written
-    leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 per state leaf
+    leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 (crc32_skipped) per leaf
 
 
 def _crc32(array: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+
+
+def _canonical(meta: dict[str, Any]) -> str:
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _sha256(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(meta).encode()).hexdigest()
 
 
 def _is_key(x: Any) -> bool:
@@ -162,17 +195,21 @@ class Checkpointer:
         """Write `state` as the checkpoint of its `counters.epoch`; returns its directory.
 
         Returns with the checkpoint committed (written to a temporary directory, renamed).
+        Raises `CheckpointWriteError` when a write fails (disk full, another OS error), after
+        removing the temporary directory; the earlier checkpoints stay as they were.
         """
         ocp = self._ocp
         if self._read_only:
             raise CheckpointError(f"{str(self.directory)!r} was opened read-only")
         epoch = int(jax.device_get(state.counters.epoch))
+        path = self.path_of(epoch)
         arrays, leaves = _flatten(state)
         for leaf, array in zip(leaves, arrays, strict=True):
-            leaf["crc32"] = (
-                _crc32(np.asarray(jax.device_get(array))) if array.is_fully_addressable else None
-            )
-        meta = {
+            if array.is_fully_addressable:
+                leaf["crc32"] = _crc32(np.asarray(jax.device_get(array)))
+            else:
+                leaf.update(crc32=None, crc32_skipped=CRC_SKIPPED)
+        meta: dict[str, Any] = {
             "format": FORMAT,
             "epoch": epoch,
             "num_epochs": num_epochs,
@@ -181,56 +218,131 @@ class Checkpointer:
             "leaves": leaves,
             "versions": {"jax": jax.__version__},
         }
+        try:
+            meta = json.loads(_canonical(meta))  # what restore reads back: lists, str keys
+        except ValueError as e:
+            raise CheckpointError(
+                f"cannot write checkpoint {str(path)!r}: its metadata is not strict JSON ({e})"
+            ) from None
+        meta["sha256"] = _sha256(meta)
         items = {_item_name(i): a for i, a in enumerate(arrays)}
-        self._manager.save(
-            epoch,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(items), meta=ocp.args.JsonSave(meta)
-            ),
-            force=True,
+        failure = None
+        with _quiet_failures():
+            try:
+                self._manager.save(
+                    epoch,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(items), meta=ocp.args.JsonSave(meta)
+                    ),
+                    force=True,
+                )
+                self.wait()
+            except BaseException as e:
+                self._discard_failed_save()
+                code = _os_errno(e)
+                if code is None:
+                    raise
+                failure = self._write_error(path, epoch, e, code)
+            if failure is not None:
+                # Raised once the original exception (whose frames hold orbax's failed tasks)
+                # is gone, so that those tasks are collected while silenced.
+                raise failure
+        return path
+
+    def _write_error(
+        self, path: Path, epoch: int, error: BaseException, code: int
+    ) -> CheckpointWriteError:
+        older = [e for e in self.epochs() if e < epoch]
+        kept = (
+            f"the previous checkpoint, epoch {older[-1]}, is intact"
+            if older
+            else "no earlier checkpoint of this run"
         )
-        self.wait()
-        return self.path_of(epoch)
+        failure = CheckpointWriteError(
+            f"cannot write checkpoint {str(path)!r}: {_cause(error, code)} ({kept})"
+        )
+        failure.errno = code or None
+        return failure
+
+    def _discard_failed_save(self) -> None:
+        """Let the failed save's threads finish, then reopen orbax (removing its tmp dir)."""
+        gc.collect()
+        time.sleep(0.2)
+        with contextlib.suppress(Exception):
+            self._manager.close()
+        self._manager = self._open()
 
     def wait(self) -> None:
         """Block until the last `save` is committed (its files written and renamed)."""
         self._manager.wait_until_finished()
 
+    def meta_file(self, epoch: int) -> Path:
+        return self.path_of(epoch) / META_FILE
+
+    def intact_before(self, epoch: int) -> int | None:
+        """The newest committed checkpoint before `epoch` whose metadata is intact, if any."""
+        for older in reversed([e for e in self.epochs() if e < epoch]):
+            with contextlib.suppress(CheckpointError, _Corrupted):
+                self._info(older)
+                return older
+        return None
+
     def _fallback_hint(self, epoch: int) -> str:
-        older = [e for e in self.epochs() if e < epoch]
-        if older:
+        older = self.intact_before(epoch)
+        if older is not None:
+            run_dir = shlex.quote(str(self.directory.parent))
             return (
-                f"delete {str(self.path_of(epoch))!r} to resume from the previous checkpoint "
-                f"(epoch {older[-1]})"
+                f"resume from the previous checkpoint (epoch {older}): "
+                f"jaxrl-engine train --resume {run_dir} --from-checkpoint {older}"
             )
+        if any(e < epoch for e in self.epochs()):
+            return "no earlier checkpoint of this run is intact; start the run again"
         return "it is the only checkpoint of this run; start the run again"
 
     def info(self, epoch: int | None = None) -> CheckpointInfo:
-        """The config, metrics and leaf layout of a checkpoint (default: the latest)."""
-        ocp = self._ocp
+        """The config, metrics and leaf layout of a checkpoint (default: the latest).
+
+        Raises `CheckpointError` when its metadata is unreadable, of another format, or does
+        not match its `sha256`."""
         epoch = self._resolve(epoch)
-        path = self.path_of(epoch)
+        try:
+            return self._info(epoch)
+        except _Corrupted as e:
+            raise CheckpointError(f"{e}; {self._fallback_hint(epoch)}") from None
+
+    def _info(self, epoch: int) -> CheckpointInfo:
+        ocp = self._ocp
+        path, meta_file = self.path_of(epoch), self.meta_file(epoch)
         try:
             with _quiet_failures():
                 meta = self._manager.restore(
                     epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
                 )["meta"]
         except Exception as e:
-            raise CheckpointError(
+            raise _Corrupted(
                 f"checkpoint {str(path)!r} is corrupted or incomplete: its metadata cannot be "
-                f"read ({_first_line(e)}); {self._fallback_hint(epoch)}"
+                f"read ({_first_line(e)}; {str(meta_file)!r})"
             ) from None
         required = {"format", "epoch", "num_epochs", "config", "metrics_lines", "leaves"}
         if not isinstance(meta, dict) or not required <= set(meta):
-            raise CheckpointError(
+            raise _Corrupted(
                 f"checkpoint {str(path)!r} is corrupted or not a jaxrl_engine checkpoint: its "
-                f"metadata lacks {sorted(required - set(meta or {}))}; "
-                f"{self._fallback_hint(epoch)}"
+                f"metadata lacks {sorted(required - set(meta or {}))} ({str(meta_file)!r})"
             )
         if meta["format"] != FORMAT:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} has format {meta['format']!r}; this version reads "
                 f"format {FORMAT}"
+            )
+        stored = meta.pop("sha256", None)
+        try:
+            intact = isinstance(stored, str) and stored == _sha256(meta)
+        except ValueError:  # NaN or infinity tokens: not written by `save`
+            intact = False
+        if not intact:
+            raise _Corrupted(
+                f"checkpoint {str(path)!r} is corrupted or was edited: its metadata does not "
+                f"match its checksum ({str(meta_file)!r})"
             )
         return CheckpointInfo(
             epoch=int(meta["epoch"]),
@@ -305,8 +417,8 @@ class Checkpointer:
         """The saved state (default: latest) placed with `engine.state_sharding`, and its info.
 
         Raises `CheckpointError` when there is none, when it was written for another state
-        layout (a config that changes shapes), or when it is corrupted (unreadable files or a
-        CRC-32 mismatch).
+        layout (a config that changes shapes), or when it is corrupted or edited (unreadable
+        files, metadata that does not match its `sha256`, a missing or mismatched CRC-32).
         """
         ocp = self._ocp
         info = self.info(epoch)
@@ -336,14 +448,10 @@ class Checkpointer:
             ) from None
         leaves = []
         for leaf, array, shape in zip(stored, arrays, shapes, strict=True):
-            if (
-                leaf.get("crc32") is not None
-                and array.is_fully_addressable
-                and _crc32(np.asarray(jax.device_get(array))) != leaf["crc32"]
-            ):
+            problem = _crc_problem(leaf, array)
+            if problem:
                 raise CheckpointError(
-                    f"checkpoint {str(info.path)!r} is corrupted: the bytes of "
-                    f"{leaf['path']} do not match their CRC-32; "
+                    f"checkpoint {str(info.path)!r} is corrupted{problem}; "
                     f"{self._fallback_hint(info.epoch)}"
                 )
             if leaf["key_impl"] is not None:
@@ -367,19 +475,36 @@ class Checkpointer:
         self._manager.close()
 
 
+def _crc_problem(leaf: dict[str, Any], array: jax.Array) -> str:
+    """Why `array` does not pass its leaf's CRC-32 check ("" when it does)."""
+    crc = leaf.get("crc32")
+    if not array.is_fully_addressable:  # no process holds all of it: nothing to compare
+        ok = type(crc) is int or (crc is None and leaf.get("crc32_skipped") == CRC_SKIPPED)
+        return "" if ok else f" or was edited: {leaf['path']} has no valid CRC-32"
+    if type(crc) is not int:
+        return f" or was edited: {leaf['path']} has no CRC-32 although it is fully addressable"
+    if _crc32(np.asarray(jax.device_get(array))) != crc:
+        return f": the bytes of {leaf['path']} do not match their CRC-32"
+    return ""
+
+
 @contextlib.contextmanager
 def _quiet_failures() -> Iterator[None]:
-    """Silence what a failed orbax/tensorstore read prints besides its exception.
+    """Silence what a failed orbax/tensorstore read or write prints besides its exception.
 
-    When a read fails, tensorstore callbacks still scheduled on orbax's closed event loop raise
-    "Event loop is closed" (printed through `sys.excepthook`) and unawaited read coroutines are
-    reported as unraisable: dozens of tracebacks for one corrupted file. The exception itself
-    still propagates and becomes one `CheckpointError` message.
+    When one fails, tensorstore callbacks still scheduled on orbax's closed event loop raise
+    "Event loop is closed" (printed through `sys.excepthook`), unawaited coroutines are
+    reported as unraisable, orbax's threads log their errors with tracebacks and asyncio logs
+    failed tasks nobody awaited: dozens of tracebacks for one corrupted file or full disk. The exception itself still propagates and becomes one
+    message.
     """
     hooks = sys.excepthook, sys.unraisablehook, threading.excepthook
+    loggers = logging.getLogger("absl"), logging.getLogger("asyncio")  # orbax's, its tasks'
     sys.excepthook = lambda *args: None
     sys.unraisablehook = lambda *args: None
     threading.excepthook = lambda *args: None
+    for logger in loggers:
+        logger.addFilter(_below_error)
     try:
         yield
     except BaseException:
@@ -388,6 +513,28 @@ def _quiet_failures() -> Iterator[None]:
         raise
     finally:
         sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
+        for logger in loggers:
+            logger.removeFilter(_below_error)
+
+
+def _below_error(record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
+
+
+def _os_errno(error: BaseException) -> int | None:
+    """The OS error code of a failed write: an `OSError`'s, or tensorstore's `os_error_code`."""
+    if not isinstance(error, Exception):
+        return None
+    if isinstance(error, OSError):
+        return error.errno or 0
+    found = re.search(r"os_error_code='?(\d+)", str(error))
+    return int(found.group(1)) if found else None
+
+
+def _cause(error: BaseException, code: int) -> str:
+    if isinstance(error, OSError) or not code:
+        return _first_line(error)
+    return f"OSError: [Errno {code}] {os.strerror(code)}"
 
 
 def _first_line(error: BaseException) -> str:

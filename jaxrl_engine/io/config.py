@@ -3,27 +3,49 @@
 The schema's defaults ARE the default run (PPO on CartPole-v1), so `jaxrl-engine train` with no
 file needs nothing on disk; `configs/ppo_cartpole.yaml` spells the same values out.
 Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key and the
-valid choices, before anything is compiled.
+valid choices, before anything is compiled: every number fits its device dtype (`io.schema`),
+the run's step counts fit the engine's int32 counters, env params keep their defaults' types,
+the algorithm fits the env's action space, `name` is one folder name, and config files are
+small UTF-8 YAML without alias bombs. Messages are bounded in length.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
+import os
+import reprlib
+import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from jaxrl_engine.algos import ALGORITHMS
 from jaxrl_engine.algos.ppo import PPOConfig
-from jaxrl_engine.io.schema import Strict
+from jaxrl_engine.io.schema import INT32_MAX, Strict, run_epochs
+
+MAX_CONFIG_BYTES = 2**20  # a config file or an override value
+MAX_YAML_NODES = 100_000  # values in a YAML document with every alias expanded
+MAX_INPUT_CHARS = 200  # of each offending value quoted in a message
+MAX_MESSAGE_CHARS = 2_000
+MAX_ERRORS = 10  # validation errors listed in one message
+MAX_BUFFER_BYTES = 256 * 2**30  # observations in one rollout or replay buffer
 
 
 class ConfigError(ValueError):
-    """Bad configuration: the message names the key and what would be valid."""
+    """Bad configuration: the message names the key and what would be valid (at most
+    `MAX_MESSAGE_CHARS` characters, then a count of the rest)."""
+
+    def __init__(self, message: str) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            rest = len(message) - MAX_MESSAGE_CHARS
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({rest} more characters)"
+        super().__init__(message)
 
 
 class EnvConfig(Strict):
@@ -78,6 +100,8 @@ class WandbConfig(Strict):
 
 
 class Config(Strict):
+    uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
+
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")
     seed: int = Field(0, ge=0, description="PRNG seed")
     total_env_steps: int = Field(
@@ -118,6 +142,40 @@ class Config(Strict):
             data = {**data, "algo": {"name": "ppo", **data["algo"]}}
         return data
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, value: str) -> str:
+        if (
+            value in ("", ".", "..")
+            or value.startswith("-")
+            or any(c in "/\\" or unicodedata.category(c) in ("Cc", "Cs") for c in value)
+            or len(value.encode()) > 255
+        ):
+            raise ValueError(
+                "must be one folder name inside run_dir: not empty, '.' or '..', at most 255 "
+                "bytes, no '/', '\\' or control characters, not starting with '-'"
+            )
+        return value
+
+    @field_validator("run_dir", "compile_cache_dir")
+    @classmethod
+    def _a_directory(cls, value: str | None) -> str | None:
+        """A folder path: no NUL, and neither it nor a parent is an existing non-directory."""
+        if value is None:
+            return value
+        if "\0" in value:
+            raise ValueError("a path cannot hold a NUL byte")
+        try:
+            os.fsencode(value)
+        except UnicodeEncodeError:
+            raise ValueError("the path cannot be encoded for the file system") from None
+        path = Path(value)
+        for part in (path, *path.parents):
+            if os.path.lexists(part) and not os.path.isdir(part):
+                what = "is" if part == path else f"is inside {str(part)!r}, which is"
+                raise ValueError(f"must name a directory; it {what} a file, not a directory")
+        return value
+
     @field_validator("loggers")
     @classmethod
     def _loggers_installed(cls, value: list[LoggerName]) -> list[LoggerName]:
@@ -129,19 +187,52 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
+        """Sizes, env params and the action space, checked together (before any compile)."""
+        per_epoch = self.algo.num_steps * self.env.num_envs
+        epochs = run_epochs(self.total_env_steps, self.algo.num_steps, self.env.num_envs)
+        if epochs * per_epoch > INT32_MAX:
+            raise ValueError(
+                f"total_env_steps={self.total_env_steps}, rounded up to whole epochs of "
+                f"algo.num_steps * env.num_envs = {per_epoch} env steps, is "
+                f"{epochs * per_epoch}: more than the engine's int32 counters hold ({INT32_MAX})"
+            )
         self.algo.check(self.env.num_envs, self.total_env_steps)
         from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 
         env = make_env(self.env.id, None)
-        for key, overrides in (
-            ("env.params", self.env.params),
-            ("eval.env_params", self.eval.env_params),
-        ):
-            try:
-                GymnaxEnv.with_params(env.params, overrides)
-            except ValueError as e:
-                raise ValueError(f"{key}: {e}") from None
+        params = GymnaxEnv.with_params(env.params, self.env.params, key="env.params")
+        GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
+        spec = env.spec(params)
+        _check_action_space(self.algo, self.env.id, spec.action)
+        rows = max(per_epoch, getattr(self.algo, "buffer_size", 0))
+        obs_bytes = rows * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
+        if obs_bytes > MAX_BUFFER_BYTES:
+            raise ValueError(
+                f"the {'replay' if rows > per_epoch else 'rollout'} buffer would hold "
+                f"{rows} transitions, {obs_bytes / 2**30:.0f} GiB of observations alone "
+                f"(obs shape {spec.obs_shape}); the limit is {MAX_BUFFER_BYTES // 2**30} GiB: "
+                "lower env.num_envs, algo.num_steps or algo.buffer_size"
+            )
         return self
+
+
+def _check_action_space(algo: Any, env_id: str, action: Any) -> None:
+    """ValueError when the algorithm's `action_space` ("discrete", "continuous" or "any") does
+    not fit the env's actions; the message lists the algorithms that do."""
+    kind = "discrete" if action.discrete else "continuous"
+    needs = getattr(type(algo), "action_space", "any")
+    if needs in ("any", kind):
+        return
+    fits = [n for n, c in ALGORITHMS.items() if getattr(c, "action_space", "any") in ("any", kind)]
+    has = (
+        f"{action.num_actions} discrete actions"
+        if action.discrete
+        else f"a continuous action space of shape {action.shape}"
+    )
+    raise ValueError(
+        f"algo.name={algo.name} needs a {needs} action space; env.id={env_id} has {has} "
+        f"(use {', '.join(fits[:-1])} or {fits[-1]})"
+    )
 
 
 def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...], algo: str = "ppo") -> list[str]:
@@ -161,15 +252,31 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...], algo: str = "ppo")
     return sorted(model.model_fields)
 
 
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple = 3, 8, 8, 8
+_repr.maxstring = _repr.maxlong = _repr.maxother = MAX_INPUT_CHARS
+
+
+def _short(value: Any) -> str:
+    """A repr of at most about `MAX_INPUT_CHARS` characters, however large `value` is."""
+    try:
+        text = _repr.repr(value)
+    except Exception:  # e.g. an int with too many digits to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "..."
+
+
 def _format(error: ValidationError) -> str:
+    """One line per error (at most `MAX_ERRORS`), each offending input shortened."""
     lines = []
-    for e in error.errors():
+    errors = error.errors()
+    for e in errors[:MAX_ERRORS]:
         loc = tuple(
             p
             for i, p in enumerate(e["loc"])
             if not (i == 1 and e["loc"][0] == "algo" and p in ALGO_NAMES)
         )
-        key = ".".join(str(p) for p in loc) or "<config>"
+        key = ".".join(str(p) for p in loc)[:MAX_INPUT_CHARS] or "<config>"
         if e["type"] == "extra_forbidden":
             tagged = len(e["loc"]) > 2 and e["loc"][0] == "algo" and e["loc"][1] in ALGO_NAMES
             valid = _valid_keys(Config, loc, str(e["loc"][1]) if tagged else "ppo")
@@ -177,20 +284,73 @@ def _format(error: ValidationError) -> str:
         else:
             msg = e["msg"].removeprefix("Value error, ")
             if loc:
-                lines.append(f"config key '{key}': {msg} (got {e.get('input')!r})")
+                lines.append(f"config key '{key}': {msg} (got {_short(e.get('input'))})")
             else:
                 lines.append(msg)
+    if len(errors) > MAX_ERRORS:
+        lines.append(f"and {len(errors) - MAX_ERRORS} more errors")
     return "invalid configuration: " + "; ".join(lines)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Values in `node` with every alias expanded, memoised by node id (so linear in the
+    document, not in its expansion); ConfigError on an alias to itself."""
+    if id(node) in memo:
+        if memo[id(node)] < 0:
+            raise ConfigError("a YAML alias refers to the node that holds it")
+        return memo[id(node)]
+    memo[id(node)] = -1  # being counted
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    memo[id(node)] = 1 + sum(_expanded_size(child, memo) for child in children)
+    return memo[id(node)]
+
+
+def _load_yaml(text: str, what: str) -> Any:
+    """`text` parsed as (safe) YAML; ConfigError naming `what` when it is larger than
+    `MAX_CONFIG_BYTES`, nested too deeply, or expands to more than `MAX_YAML_NODES` values
+    (an alias bomb); yaml.YAMLError when it is not YAML."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            size = _expanded_size(node, {})
+        except ConfigError as e:
+            raise ConfigError(f"{what}: {e}") from None
+        if size > MAX_YAML_NODES:
+            raise ConfigError(
+                f"{what} expands to {size} values through its YAML anchors and aliases "
+                f"(at most {MAX_YAML_NODES})"
+            )
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{what} is nested too deeply") from None
+    except ValueError as e:  # e.g. an int with too many digits
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{what} holds a value YAML cannot read: {_short(str(e))}") from None
+    finally:
+        loader.dispose()
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
-        raise ConfigError(f"override {item!r} is not of the form key=value (e.g. algo.lr=1e-3)")
+        raise ConfigError(
+            f"override {_short(item)} is not of the form key=value (e.g. algo.lr=1e-3)"
+        )
     key, raw = item.split("=", 1)
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {item!r} has an empty key part")
+        raise ConfigError(f"override {_short(item)} has an empty key part")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = _load_yaml(raw, f"the value of override {_short(key)}") if raw else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
@@ -218,17 +378,40 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load a YAML config (None: the built-in default), apply dotted overrides, validate."""
     raw: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+        name = f"config file {_short(str(path))}"
+        text = _read_text(Path(path), name)
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = _load_yaml(text, name)
         except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+            raise ConfigError(f"{name} is not valid YAML: {e}") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
+            raise ConfigError(f"{name} must hold a mapping at top level")
         raw = loaded or {}
     return config_from_dict(raw, overrides)
+
+
+def _read_text(path: Path, name: str) -> str:
+    """The UTF-8 text of a regular file of at most `MAX_CONFIG_BYTES`; ConfigError naming
+    `name` otherwise."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{name} does not exist")
+    if os.path.isdir(path):
+        raise ConfigError(f"{name} is a directory, not a YAML file")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{name} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{name} cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{name} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}"
+        ) from None
 
 
 def config_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> Config:

@@ -1,9 +1,69 @@
-"""The base of every config section: strict pydantic models (unknown keys and inf/nan refused)."""
+"""The base of every config section: strict pydantic models.
+
+Unknown keys are refused, and every number must fit the dtype it becomes on the device: each
+int (also inside lists and dicts, e.g. `hidden_sizes` or `env.params`) must fit int32 (a field
+named in `uint32_fields` must fit uint32 instead) and each float must be finite and fit
+float32.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import math
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_number(value: Any, low: int = -(2**31), high: int = INT32_MAX) -> None:
+    """Raise ValueError when an int in `value` (a number, list or dict) is outside [low, high]
+    or a float is not finite or does not fit float32."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not low <= value <= high:
+            dtype = "uint32" if low == 0 and high == UINT32_MAX else "int32"
+            raise ValueError(f"{value} is out of range: must fit {dtype} ({low} to {high})")
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+            raise ValueError(
+                f"{value!r} is out of range: must be finite and fit float32 (|x| <= 3.4e38)"
+            )
+    elif isinstance(value, list | tuple):
+        for item in value:
+            check_number(item, low, high)
+    elif isinstance(value, dict):
+        for item in value.values():
+            check_number(item, low, high)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    uint32_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_device_dtypes(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name in cls.uint32_fields:
+            check_number(value, 0, UINT32_MAX)
+        else:
+            check_number(value)
+        return value
+
+
+def check_int32_count(what: str, value: int) -> None:
+    """Raise ValueError when a count of the run (`what`: how the config keys give it) does not
+    fit the engine's int32 counters (`core.state.Counters`)."""
+    if value > INT32_MAX:
+        raise ValueError(
+            f"{what} = {value}: more than the engine's int32 counters hold ({INT32_MAX})"
+        )
+
+
+def run_epochs(total_env_steps: int, num_steps: int, num_envs: int) -> int:
+    """Whole epochs of `num_steps * num_envs` env steps covering `total_env_steps`."""
+    return -(-total_env_steps // (num_steps * num_envs))

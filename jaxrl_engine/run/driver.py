@@ -15,6 +15,7 @@ batch to the run directory and leaves the checkpoints as they were.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,8 +62,13 @@ class Driver:
     host_hooks: the user's, run after logging, checkpoints and progress (see `run.host_hooks`).
     """
 
-    def __init__(self, cfg: Config, host_hooks: Sequence[HostHook] = ()):
+    def __init__(
+        self, cfg: Config, host_hooks: Sequence[HostHook] = (), resume_from: int | None = None
+    ):
         self.cfg, self.host_hooks = cfg, list(host_hooks)
+        # The checkpoint epoch a resume was asked to continue from (`--from-checkpoint`): the
+        # run directory's later checkpoints are then set aside instead of refusing the state.
+        self.resume_from = resume_from
 
     def run(
         self,
@@ -89,13 +95,20 @@ class Driver:
         cfg = self.cfg
         first = int(jax.device_get(state.counters.epoch))
         total = engine.num_epochs if num_epochs is None else num_epochs
+        # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
         out = RunDir(run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg)
         show = cfg.progress if progress is None else progress
         hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
         run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
+        run.resume_from = self.resume_from
         history: list[Record] = []
         started: list[HostHook] = []
+        failed = True
         try:
+            finished = self._finished(out, first, total)
+            if finished is not None:
+                failed = False
+                return state, {**finished, "records": []}
             for hook in hooks:
                 hook.start(run)
                 started.append(hook)
@@ -105,7 +118,7 @@ class Driver:
                 state = engine.warm_up(state, phases=missing)
             run.compile_s = engine.compile_seconds
             run.train_start = time.perf_counter()
-            with stop_on_signals() as stop:
+            with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:
                     state, records, failure = self._chunk(engine, state, run, hooks)
                     history.extend(records)
@@ -120,11 +133,47 @@ class Driver:
                         raise TrainingInterrupted(
                             stop.signame, run.done, state, run.checkpoint, run.summary
                         )
-            self._end(run, state, hooks, "completed")
+                # A signal from here on lets the end of the run (checkpoint, summary, export)
+                # finish: the run is complete.
+                self._end(run, state, hooks, "completed")
+            failed = False
         finally:
-            for hook in reversed(started):
-                hook.close(run)
+            self._close(run, started, raise_errors=not failed)
         return state, {**run.summary, "records": history}
+
+    @staticmethod
+    def _finished(out: RunDir, first: int, total: int) -> dict[str, Any] | None:
+        """The summary of a run that already ended at this state's epoch: resuming a finished
+        run changes nothing (its summary is returned as it is)."""
+        summary = out.read_summary()
+        if (
+            first >= total
+            and summary is not None
+            and summary.get("status") == "completed"
+            and summary.get("epochs") == first
+        ):
+            print(
+                f"jaxrl-engine: {out.path} is finished (epoch {first} of {total}); its summary "
+                "is unchanged (raise total_env_steps to train on)",
+                file=sys.stderr,
+            )
+            return summary
+        return None
+
+    @staticmethod
+    def _close(run: RunInfo, started: list[HostHook], raise_errors: bool) -> None:
+        """Close the started hooks (last first), then give the run directory up. An OS error
+        while closing (e.g. a full disk flushing a log) is raised after all are closed, unless
+        the run is already failing with another error."""
+        errors: list[OSError] = []
+        for hook in reversed(started):
+            try:
+                hook.close(run)
+            except OSError as e:
+                errors.append(e)
+        run.out.release()
+        if errors and raise_errors:
+            raise errors[0]
 
     def _chunk(
         self, engine: Engine, state: EngineState, run: RunInfo, hooks: list[HostHook]

@@ -18,6 +18,8 @@ A hook reads and writes only `RunInfo` and its own fields; it never reaches into
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import sys
 import time
 import warnings
@@ -57,9 +59,14 @@ class RunInfo:
     train_start: float = dataclasses.field(default_factory=time.perf_counter)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the error
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resume_from: int | None = None  # the checkpoint epoch the user chose (`--from-checkpoint`)
+    restored_metrics: list[str] | None = None  # the records of the checkpoint at `first`
 
     @property
-    def steps_per_second(self) -> float:
+    def steps_per_second(self) -> float | None:
+        """Env steps per second of this call's training (None when it trained no epoch)."""
+        if self.done == self.first:
+            return None
         train_s = time.perf_counter() - self.train_start
         return (self.done - self.first) * self.engine.steps_per_epoch / max(train_s, 1e-9)
 
@@ -105,11 +112,17 @@ class HostHook:
 
 
 class Logging(HostHook):
-    """metrics.jsonl (and the `loggers` backends) record by record; on a fresh state the old
-    records go, on a resumed one those after its epoch (written after its checkpoint) go."""
+    """config.yaml, then metrics.jsonl (and the `loggers` backends) record by record; on a
+    fresh state the old records go, on a resumed one those after its epoch (written after its
+    checkpoint) go: the checkpoint's own copy of the records is put back."""
 
     def start(self, run: RunInfo) -> None:
-        run.metrics_lines = run.out.keep_metrics_through(run.first)
+        run.metrics_lines = run.out.open_logs(run.first, run.restored_metrics)
+        for line in reversed(run.metrics_lines):  # a resumed run's last evaluation so far
+            value = json.loads(line).get("evaluate/episode_return")
+            if isinstance(value, int | float):
+                run.final_eval = float(value)
+                break
 
     def on_records(self, run: RunInfo, records: list[Record]) -> None:
         for record in records:
@@ -118,7 +131,7 @@ class Logging(HostHook):
             run.metrics_lines.append(run.out.log(record))
 
     def close(self, run: RunInfo) -> None:
-        run.out.close()
+        run.out.close_logs()
 
 
 class Checkpointing(HostHook):
@@ -156,12 +169,21 @@ class Checkpointing(HostHook):
                     file=sys.stderr,
                 )
                 checkpoints.delete_all()
+            elif latest is not None and latest > first and run.resume_from == first:
+                moved = out.discard_checkpoints_after(checkpoints, first)
+                print(
+                    f"jaxrl-engine: continuing from the checkpoint of epoch {first}; the later "
+                    f"checkpoints are set aside, not deleted: {', '.join(map(str, moved))}",
+                    file=sys.stderr,
+                )
             elif latest is not None and latest > first:
                 raise CheckpointError(
                     f"{str(out.path)!r} has checkpoints up to epoch {latest}, after this state's "
                     f"epoch {first}: continue from the latest with `jre.resume(path)`, or use "
                     "another run directory"
                 )
+            if first > 0 and first in checkpoints.epochs():
+                run.restored_metrics = checkpoints.info(first).metrics_lines
         except BaseException:
             checkpoints.close()
             raise
@@ -170,6 +192,8 @@ class Checkpointing(HostHook):
             return
         self.checkpoints = checkpoints
         run.checkpoint_epoch = first
+        if first > 0 and first in checkpoints.epochs():
+            run.checkpoint = checkpoints.path_of(first)
 
     def next_boundary(self, epoch: int) -> int | None:
         if not self.save_interval:
@@ -244,7 +268,10 @@ class ProgressBar(HostHook):
     def after_chunk(self, run: RunInfo, state: EngineState) -> None:
         rate = run.steps_per_second
         self.bar.update(
-            self.task, completed=run.done, rate=f"{rate:,.0f}", eval=f"{run.final_eval:.1f}"
+            self.task,
+            completed=run.done,
+            rate="-" if rate is None else f"{rate:,.0f}",
+            eval=f"{run.final_eval:.1f}",
         )
 
     def close(self, run: RunInfo) -> None:
@@ -252,11 +279,24 @@ class ProgressBar(HostHook):
 
 
 class Summary(HostHook):
-    """summary.json (atomically rewritten) when the run ends, whatever its status."""
+    """summary.json (atomically rewritten) when the run ends, whatever its status.
+
+    A resumed run that trains no further epoch (killed after its last checkpoint, before its
+    summary) keeps the numbers of the summary before it where it has none of its own: a number
+    is never replaced by null."""
 
     def end(self, run: RunInfo, state: EngineState) -> None:
-        run.summary = run.make_summary()
-        run.out.write_summary(run.summary)
+        summary = run.make_summary()
+        previous = run.out.read_summary() if run.first > 0 else None
+        for key, value in (previous or {}).items():
+            missing = key in summary and (
+                summary[key] is None
+                or (isinstance(summary[key], float) and math.isnan(summary[key]))
+            )
+            if missing and isinstance(value, int | float) and not isinstance(value, bool):
+                summary[key] = value
+        run.summary = summary
+        run.out.write_summary(summary)
 
 
 class ExportPolicy(HostHook):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
-import math
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,56 +17,197 @@ import numpy as np
 
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.io.config import Config, dump_config
+from jaxrl_engine.io.files import (
+    RunDirError,
+    atomic_write,
+    atomic_writer,
+    check_no_symlinks,
+    open_append,
+    strict_json,
+)
 from jaxrl_engine.io.logging import make_loggers
 
+LOCK_FILE = ".lock"
 
-def _jsonable(value: Any) -> Any:
-    value = float(value) if hasattr(value, "dtype") or isinstance(value, float) else value
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
-    return value
+
+def _pid_in(fd: int) -> int | None:
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """Ownership of a run directory: an OS file lock (`flock`) on `<run>/.lock`, which holds
+    the owner's pid.
+
+    The OS releases the lock when its process ends, however it ends, so a lock left by a killed
+    run is stale by construction: the next run takes it (and says so). A second run of a
+    locked directory is refused naming the holder's pid. Two opens of the lock file in one
+    process are independent too, so the same process cannot run one directory twice at once.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            fd = os.open(
+                self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+            )
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise RunDirError(
+                f"{str(self.path / LOCK_FILE)!r} is a symlink; remove it (a run directory holds "
+                "no symlinks)"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _pid_in(fd)
+            os.close(fd)
+            raise RunDirError(
+                f"run directory {str(self.path)!r} is in use by another run (pid "
+                f"{holder if holder is not None else 'unknown'}); wait for it to end, stop it, "
+                "or choose another name="
+            ) from None
+        previous = _pid_in(fd)
+        if previous is not None and previous != os.getpid() and not _running(previous):
+            print(
+                f"jaxrl-engine: {self.path}: taking over the lock left by pid {previous}, which "
+                "is no longer running",
+                file=sys.stderr,
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):  # a full disk must not keep the lock
+            os.ftruncate(self._fd, 0)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
 
 
 class RunDir:
-    """`runs/<name>/`: created on open; the config is written at once, metrics as they come."""
+    """`runs/<name>/`, owned by this run while open: the lock is taken and the directory
+    checked (no symlinks) on open, before anything in it changes; `open_logs` then writes the
+    config and opens `metrics.jsonl` (after the driver's checks of its checkpoints)."""
 
     def __init__(self, root: str | Path, cfg: Config):
-        self.path = Path(root)
+        self.path, self.cfg = Path(root), cfg
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"run directory {str(self.path)!r} exists and is not a directory")
+        if self.path.is_symlink():
+            raise RunDirError(f"run directory {str(self.path)!r} is a symlink; use its target")
+        self._created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "config.yaml").write_text(dump_config(cfg))
-        self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
-        self._backends = make_loggers(self.path, cfg)  # tensorboard, wandb: as `loggers` says
+        self.lock = RunLock(self.path)
+        self.lock.acquire()
+        try:
+            check_no_symlinks(self.path)
+        except BaseException:
+            self.release()
+            raise
+        self._metrics: Any = None
+        self._backends: list[Any] = []
+
+    def open_logs(self, first: int, restored: list[str] | None = None) -> list[str]:
+        """Write `config.yaml`; put `metrics.jsonl` back to the records through epoch `first`
+        (`restored`: a checkpoint's copy of them; else the file's own, a torn last line
+        dropped; a fresh run, epoch 0, starts empty); open it for appending. Returns the
+        records kept."""
+        atomic_write(self.path / "config.yaml", dump_config(self.cfg))
+        path = self.path / "metrics.jsonl"
+        if restored is None:
+            restored = [
+                line
+                for line in read_metrics_lines(path)
+                if json.loads(line).get("epoch", 0) <= first
+            ]
+        wanted = "".join(line + "\n" for line in restored)
+        if (path.read_text() if path.is_file() else "") != wanted:
+            write_metrics_lines(self.path, restored)
+        self._metrics = open_append(path)
+        self._backends = make_loggers(self.path, self.cfg)  # tensorboard, wandb: as `loggers` says
+        return restored
 
     def log(self, record: dict[str, Any]) -> str:
         """Append one record; returns the line written (without its newline)."""
-        line = json.dumps({k: _jsonable(v) for k, v in record.items()})
+        line = strict_json(record)
         self._metrics.write(line + "\n")
         self._metrics.flush()
         for backend in self._backends:
             backend.log(record)
         return line
 
-    def keep_metrics_through(self, epoch: int) -> list[str]:
-        """Drop records after `epoch` (left by a run that died after its last checkpoint) and a
-        torn last line; returns the lines kept. A fresh run (epoch 0) starts an empty file."""
-        path = self.path / "metrics.jsonl"
-        lines = read_metrics_lines(path)
-        kept = [line for line in lines if json.loads(line).get("epoch", 0) <= epoch]
-        if kept != lines or len(lines) != len(path.read_text().splitlines()):
-            self._metrics.close()
-            write_metrics_lines(self.path, kept)
-            self._metrics = open(path, "a")  # noqa: SIM115 (closed in close())
-        return kept
+    def read_summary(self) -> dict[str, Any] | None:
+        """The run's `summary.json`, or None when there is none (or it is unreadable)."""
+        try:
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return summary if isinstance(summary, dict) else None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        tmp = self.path / "summary.json.tmp"
-        tmp.write_text(json.dumps({k: _jsonable(v) for k, v in summary.items()}, indent=2))
-        os.replace(tmp, self.path / "summary.json")
+        atomic_write(self.path / "summary.json", strict_json(summary, indent=2))
+
+    def close_logs(self) -> None:
+        """Close `metrics.jsonl` and the logger backends (the lock stays held)."""
+        errors = []
+        for closable in [self._metrics, *self._backends]:
+            if closable is None:
+                continue
+            try:
+                closable.close()
+            except OSError as e:  # e.g. a full disk while flushing
+                errors.append(e)
+        self._metrics, self._backends = None, []
+        if errors:
+            raise errors[0]
+
+    def release(self) -> None:
+        """Give up the directory; one this run created and never used is removed again."""
+        if self._created and self._metrics is None:
+            with contextlib.suppress(OSError):
+                if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+                    (self.path / LOCK_FILE).unlink()
+                    self.lock.release()
+                    self.path.rmdir()
+                    return
+        self.lock.release()
 
     def close(self) -> None:
-        self._metrics.close()
-        for backend in self._backends:
-            backend.close()
+        self.close_logs()
+        self.release()
+
+    def discard_checkpoints_after(self, checkpoints: Any, epoch: int) -> list[Path]:
+        """Move the checkpoints after `epoch` out of `checkpoints/` into
+        `discarded_checkpoints/` (kept, not deleted); returns where they went."""
+        moved = []
+        for later in [e for e in checkpoints.epochs() if e > epoch]:
+            target = self.path / "discarded_checkpoints" / checkpoints.path_of(later).name
+            target.parent.mkdir(exist_ok=True)
+            n = 1
+            while target.exists():
+                target = target.with_name(f"{checkpoints.path_of(later).name}.{n}")
+                n += 1
+            shutil.move(checkpoints.path_of(later), target)
+            moved.append(target)
+        return moved
 
 
 def read_metrics_lines(path: Path) -> list[str]:
@@ -81,9 +226,7 @@ def read_metrics_lines(path: Path) -> list[str]:
 
 def write_metrics_lines(run_path: Path, lines: list[str]) -> None:
     """Replace `<run_path>/metrics.jsonl` by `lines`, atomically (temp file + `os.replace`)."""
-    tmp = run_path / "metrics.jsonl.tmp"
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, run_path / "metrics.jsonl")
+    atomic_write(run_path / "metrics.jsonl", "".join(line + "\n" for line in lines))
 
 
 def write_failing_batch(
@@ -101,8 +244,5 @@ def write_failing_batch(
     for name, value in metrics.items():
         arrays[f"metrics/{name}"] = np.asarray(value)
     target = out.path / f"nonfinite_epoch_{epoch}.npz"
-    tmp = out.path / f"nonfinite_epoch_{epoch}.tmp.npz"
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]
-    tmp.replace(target)
+    atomic_writer(target, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
     return target

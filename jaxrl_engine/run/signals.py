@@ -24,8 +24,9 @@ class StopSignal:
     rewrites and the summary are all written to a temporary name and renamed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoints: bool = True) -> None:
         self.signame: str | None = None
+        self.checkpoints = checkpoints
 
     def handler(self, signum: int, frame: Any) -> None:
         """The Python-level handler (runs late, in the main thread); the watcher did the work."""
@@ -38,17 +39,22 @@ class StopSignal:
                 if self.signame is not None:
                     os._exit(128 + signum)
                 self.signame = signal.Signals(signum).name
+                follows = (
+                    "checkpoint and summary follow"
+                    if self.checkpoints
+                    else "the summary follows; save_interval=0 writes no checkpoint"
+                )
                 print(
-                    f"\n{self.signame}: stopping after this epoch (checkpoint and summary "
-                    "follow); send it again to exit at once",
+                    f"\n{self.signame}: stopping after this epoch ({follows}); send it again "
+                    "to exit at once",
                     file=sys.stderr,
                     flush=True,
                 )
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[StopSignal]:
-    stop = StopSignal()
+def stop_on_signals(checkpoints: bool = True) -> Iterator[StopSignal]:
+    stop = StopSignal(checkpoints)
     if threading.current_thread() is not threading.main_thread():
         yield stop  # signal handlers can only be installed from the main thread
         return

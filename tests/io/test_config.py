@@ -33,6 +33,13 @@ def schema_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return sorted(set(keys))
 
 
+def write_config_yaml(path: Path, cfg: jre.Config) -> None:
+    """The run directory's `config.yaml`, written as a run writes it (when its logs open)."""
+    run = RunDir(path, cfg)
+    run.open_logs(0)
+    run.close()
+
+
 KEYS = schema_keys(jre.Config)
 ALGO_NAMES = sorted(ALGO_CONFIGS)
 
@@ -100,15 +107,24 @@ def test_resolved_config_in_the_run_directory_loads_back_equal(tmp_path):
             "eval.env_params={max_steps_in_episode: 7}",
             "compile_cache_dir=/tmp/cache",
             f"run_dir={tmp_path}",
+            "loggers=[jsonl]",
         ],
     )
-    RunDir(tmp_path / cfg.name, cfg).close()
+    write_config_yaml(tmp_path / cfg.name, cfg)
     assert jre.load_config(tmp_path / cfg.name / "config.yaml") == cfg
+
+
+# Any one folder name: no separator, control character, leading '-', '.' or '..'.
+_name = st.text(
+    st.characters(exclude_categories=("Cc", "Cs"), exclude_characters="/\\"),
+    min_size=1,
+    max_size=20,
+).filter(lambda n: n not in (".", "..") and not n.startswith("-"))
 
 
 @settings(max_examples=50, deadline=None)
 @given(
-    name=st.text(max_size=20),
+    name=_name,
     lr=st.floats(min_value=1e-12, max_value=1e3),
     gamma=st.floats(min_value=1e-6, max_value=1.0),
     hidden=st.lists(st.integers(1, 4096), min_size=1, max_size=4),
@@ -116,9 +132,10 @@ def test_resolved_config_in_the_run_directory_loads_back_equal(tmp_path):
 def test_any_valid_config_round_trips_through_the_run_directory(
     tmp_path_factory, name, lr, gamma, hidden
 ):
-    cfg = jre.Config(name=name, algo=PPOConfig(lr=lr, gamma=gamma, hidden_sizes=hidden))
+    algo = PPOConfig(lr=lr, gamma=gamma, hidden_sizes=hidden)
+    cfg = jre.Config(name=name, algo=algo, loggers=["jsonl"])
     path = tmp_path_factory.mktemp("run")
-    RunDir(path, cfg).close()
+    write_config_yaml(path, cfg)
     assert jre.load_config(path / "config.yaml") == cfg
 
 

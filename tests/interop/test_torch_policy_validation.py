@@ -1,0 +1,186 @@
+"""A torch policy that cannot work is refused through `jaxrl-engine train` before anything is
+compiled: exit status 2, one `jaxrl-engine: ...` line naming `algo.torch_policy.factory` and
+the factory, no traceback. The factories below are named by the tests as
+`tests.interop.test_torch_policy_validation:<name>`."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import SMALL  # noqa: E402
+from tests.test_bad_input import assert_clean_refusal, nothing_run, train  # noqa: E402, F401
+
+nn = torch.nn
+HERE = "tests.interop.test_torch_policy_validation"
+NOT_A_FUNCTION = 42
+pytestmark = pytest.mark.usefixtures("nothing_run")  # a refusal comes before any compile
+
+
+def plain(in_shape, out_dim, out_scale, width=8):
+    return nn.Sequential(nn.Linear(in_shape[0], width), nn.Tanh(), nn.Linear(width, out_dim))
+
+
+def raises(in_shape, out_dim, out_scale):
+    raise RuntimeError("no GPU left for this network\nsecond line")
+
+
+def not_a_module(in_shape, out_dim, out_scale):
+    return {"weights": torch.zeros(in_shape[0], out_dim)}
+
+
+def three_logits(in_shape, out_dim, out_scale):
+    return nn.Sequential(nn.Linear(in_shape[0], 3))
+
+
+def cartpole_sized(in_shape, out_dim, out_scale):
+    """Ignores `in_shape`: 4 inputs, CartPole's observation size."""
+    return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, out_dim))
+
+
+class Doubled(nn.Module):
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+def custom(in_shape, out_dim, out_scale):
+    return Doubled(in_shape[0], out_dim)
+
+
+def refuse(capsys, tmp_path, factory: str, *overrides: str, expected: tuple[str, ...]) -> None:
+    status, out, err = train(
+        capsys,
+        *SMALL,
+        f"run_dir={tmp_path}",
+        f"algo.torch_policy.factory={factory}",
+        *overrides,
+    )
+    assert_clean_refusal(status, out, err, "algo.torch_policy.factory", repr(factory), *expected)
+
+
+def test_a_factory_module_that_is_not_importable(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        "no_such_nets:make",
+        expected=("no module named 'no_such_nets'", "PYTHONPATH", "current directory"),
+    )
+
+
+def test_a_factory_module_that_raises_on_import(capsys, tmp_path, monkeypatch):
+    (tmp_path / "broken_nets.py").write_text("import math\nraise RuntimeError('bad config')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refuse(
+        capsys,
+        tmp_path,
+        "broken_nets:make",
+        expected=("importing 'broken_nets' raised RuntimeError: bad config",),
+    )
+
+
+def test_a_factory_name_without_a_colon(capsys, tmp_path):
+    refuse(capsys, tmp_path, f"{HERE}.plain", expected=("'package.module:function'",))
+
+
+def test_a_factory_that_the_module_does_not_have(capsys, tmp_path):
+    refuse(capsys, tmp_path, f"{HERE}:nothing_here", expected=(f"{HERE} has no 'nothing_here'",))
+
+
+def test_a_factory_that_is_not_callable(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:NOT_A_FUNCTION",
+        expected=("NOT_A_FUNCTION is not callable (int)",),
+    )
+
+
+def test_kwargs_the_factory_does_not_take(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:plain",
+        "algo.torch_policy.kwargs={bogus: 1}",
+        expected=(
+            "algo.torch_policy.kwargs {'bogus': 1}",
+            "unexpected keyword argument 'bogus'",
+            "(in_shape, out_dim, out_scale, width=8)",
+        ),
+    )
+
+
+def test_a_factory_that_raises(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:raises",
+        expected=("raised RuntimeError: no GPU left for this network",),
+    )
+
+
+def test_a_factory_that_returns_no_module(capsys, tmp_path):
+    refuse(
+        capsys, tmp_path, f"{HERE}:not_a_module", expected=("returned dict, not a torch.nn.Module",)
+    )
+
+
+def test_three_logits_on_cartpole(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:three_logits",
+        expected=(
+            "the torch actor outputs 3 values per observation; env CartPole-v1 has 2 actions",
+        ),
+    )
+
+
+def test_a_torch_critic_must_output_one_value(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:three_logits",
+        "env.id=Acrobot-v1",  # 3 actions: the actor fits, the critic does not
+        "algo.torch_policy.critic=torch",
+        expected=("the torch critic outputs 3 values per observation", "1 value"),
+    )
+
+
+def test_a_cartpole_sized_network_on_acrobot(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:cartpole_sized",
+        "env.id=Acrobot-v1",
+        expected=(
+            "env Acrobot-v1's observations of shape (6,)",
+            "its first Linear takes 4 input features",
+            "RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+        ),
+    )
+
+
+def test_an_unsupported_module_on_the_fast_path(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:custom",
+        expected=("not supported by the fast path", "algo.torch_policy.path=universal"),
+    )
+
+
+def test_the_universal_path_takes_what_the_fast_path_refuses(tmp_path):
+    import jaxrl_engine as jre
+    from tests.conftest import small_config
+
+    cfg = small_config(
+        f"algo.torch_policy.factory={HERE}:custom",
+        "algo.torch_policy.path=universal",
+        tmp_path=tmp_path,
+    )
+    assert jre.build(cfg).algo.static["network"].path == "universal"

@@ -1,0 +1,252 @@
+"""A run directory belongs to one run at a time, holds no symlinks, and loses no result:
+the lock, refused runs that change nothing, resuming a finished run, strict JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine import cli
+from jaxrl_engine.io.files import RunDirError, strict_json
+from jaxrl_engine.run.run_dir import LOCK_FILE, RunLock
+from tests.conftest import SMALL, small_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file under `directory` (symlinks not followed) -> sha256 of its bytes."""
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            files[str(path.relative_to(directory))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def strict_loads(text: str) -> dict:
+    def refuse(token: str):
+        raise AssertionError(f"non-JSON token {token} on stdout")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A small finished run (4 epochs, checkpoints after 2 and 4)."""
+    root = tmp_path_factory.mktemp("owned")
+    cfg = small_config(f"run_dir={root}", "name=done", "save_interval=2", "loggers=[jsonl]")
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    return root / "done"
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path) -> Path:
+    copy = tmp_path / "done"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+# ------------------------------------------------------------------------------------- the lock
+def test_a_run_of_a_locked_directory_is_refused_naming_the_holder_and_changes_nothing(
+    run_copy, capsys
+):
+    before = snapshot(run_copy)
+    holder = RunLock(run_copy)
+    holder.acquire()
+    try:
+        status = cli.main(["train", *SMALL, f"run_dir={run_copy.parent}", "name=done", "seed=7"])
+        resumed = cli.main(["train", "--resume", str(run_copy)])
+    finally:
+        holder.release()
+    err = capsys.readouterr().err
+    assert status == resumed == cli.EXIT_BAD_INPUT
+    assert err.count(f"is in use by another run (pid {os.getpid()})") == 2, err
+    assert "Traceback" not in err
+    after = snapshot(run_copy)
+    after.pop(LOCK_FILE), before.pop(LOCK_FILE)
+    assert after == before  # config.yaml included: a refused run overwrites nothing
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_notice(run_copy, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_copy / LOCK_FILE).write_text(f"{dead.pid}\n")  # written by a killed run: no flock held
+    lock = RunLock(run_copy)
+    lock.acquire()
+    assert (run_copy / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    lock.release()
+    assert f"taking over the lock left by pid {dead.pid}" in capsys.readouterr().err
+    assert (run_copy / LOCK_FILE).read_text() == ""  # a clean release leaves no pid behind
+
+
+def test_one_process_cannot_hold_a_directory_twice(run_copy):
+    first = RunLock(run_copy)
+    first.acquire()
+    try:
+        with pytest.raises(RunDirError, match=f"pid {os.getpid()}"):
+            RunLock(run_copy).acquire()
+    finally:
+        first.release()
+    second = RunLock(run_copy)
+    second.acquire()  # released: free again
+    second.release()
+
+
+CHILD = """
+import sys
+from jaxrl_engine import cli
+sys.exit(cli.main(["train", *sys.argv[1:]]))
+"""
+
+
+def test_two_concurrent_runs_of_one_name_one_trains_the_other_exits_2(tmp_path):
+    common = [*SMALL, f"run_dir={tmp_path}", "name=shared", "loggers=[jsonl]", "save_interval=4"]
+    first_args = [*common, "seed=1", "total_env_steps=3200"]  # 50 epochs: still running below
+
+    def start(args):
+        return subprocess.Popen(
+            [sys.executable, "-c", CHILD, *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    first = start(first_args)
+    lock = tmp_path / "shared" / LOCK_FILE
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text().strip() == str(first.pid)):
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the first run never took the lock"
+        time.sleep(0.05)
+    second = start([*common, "seed=2"])
+    out2, err2 = second.communicate(timeout=300)
+    out1, err1 = first.communicate(timeout=300)
+    assert first.returncode == 0, err1
+    assert second.returncode == cli.EXIT_BAD_INPUT, err2
+    assert f"in use by another run (pid {first.pid})" in err2 and "Traceback" not in err2
+    assert out2 == ""
+    run = tmp_path / "shared"
+    epochs = [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert epochs == list(range(1, 51))  # each epoch once: the first run's records alone
+    assert "seed: 1\n" in (run / "config.yaml").read_text()
+    assert strict_loads(out1.splitlines()[-1])["epochs"] == 50
+
+
+# ------------------------------------------------------------------------------------- symlinks
+@pytest.mark.parametrize("entry", ["config.yaml", "policy", "checkpoints/epoch_4"])
+def test_a_symlink_inside_a_run_directory_is_refused_and_nothing_is_written_through_it(
+    entry, run_copy, tmp_path, capsys
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("precious")
+    target = run_copy / entry
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    target.symlink_to(outside if entry != "config.yaml" else outside / "victim")
+    status = cli.main(["train", *SMALL, f"run_dir={run_copy.parent}", "name=done"])
+    resumed = cli.main(["train", "--resume", str(run_copy)])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and resumed == cli.EXIT_BAD_INPUT, err
+    assert "holds symlinks" in err and str(target) in err and "Traceback" not in err
+    assert [p.name for p in outside.iterdir()] == ["victim"]
+    assert (outside / "victim").read_text() == "precious"
+
+
+# ---------------------------------------------------------------------------- no result is lost
+def test_resuming_a_finished_run_prints_its_summary_and_rewrites_nothing(run_copy, capsys):
+    before = snapshot(run_copy)
+    summary = json.loads((run_copy / "summary.json").read_text())
+    assert cli.main(["train", "--resume", str(run_copy)]) == 0
+    out, err = capsys.readouterr()
+    assert strict_loads(out.strip().splitlines()[-1]) == summary
+    assert "is finished (epoch 4 of 4)" in err
+    after = snapshot(run_copy)
+    after.pop(LOCK_FILE), before.pop(LOCK_FILE)
+    assert after == before
+
+
+def test_a_run_killed_after_its_last_checkpoint_is_completed_on_resume_without_nulls(
+    run_copy, capsys
+):
+    # As if killed between the final checkpoint and the end of the run.
+    (run_copy / "summary.json").unlink()
+    shutil.rmtree(run_copy / "policy")
+    assert cli.main(["train", "--resume", str(run_copy)]) == 0
+    summary = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
+    last = json.loads((run_copy / "metrics.jsonl").read_text().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["epochs"] == 4
+    assert summary["final_eval_return"] == last["evaluate/episode_return"]
+    assert (run_copy / "policy" / "params.npz").is_file()
+    assert json.loads((run_copy / "summary.json").read_text()) == summary
+
+
+def test_a_resumed_session_that_trains_nothing_keeps_the_earlier_summary_numbers(run_copy):
+    earlier = json.loads((run_copy / "summary.json").read_text())
+    earlier["status"] = "interrupted"  # as if SIGINT came after the final checkpoint
+    (run_copy / "summary.json").write_text(json.dumps(earlier))
+    engine, state = jre.resume(run_copy)
+    _, summary = engine.run(state)
+    assert summary["status"] == "completed"
+    for key in ("final_eval_return", "steps_per_second"):
+        assert summary[key] == earlier[key] and summary[key] is not None
+
+
+def test_resume_with_an_empty_path_exits_2(capsys):
+    for argv in (["--resume", ""], ["--resume", " "], ["--from-checkpoint", "2"]):
+        assert cli.main(["train", *argv]) == cli.EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert "--resume" in err and "Traceback" not in err
+
+
+def test_stdout_json_is_strict_when_the_summary_holds_nan(tmp_path, capsys):
+    # No evaluation before the stop: final_eval_return is NaN inside, null on stdout.
+    import jaxrl_engine.compose as compose
+    from tests.core.test_run_survival import NaNRewardsFrom
+
+    real_build = compose.build
+    try:
+        compose.build = lambda cfg, **kw: real_build(cfg, env=NaNRewardsFrom(32), **kw)
+        argv = ["train", *SMALL, f"run_dir={tmp_path}", "name=poisoned", "eval.interval=10"]
+        assert cli.main(argv) == cli.EXIT_NON_FINITE
+    finally:
+        compose.build = real_build
+    summary = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["final_eval_return"] is None
+    assert strict_json({"a": float("inf"), "b": [float("nan")]}) == (
+        '{"a": 1.7976931348623157e+308, "b": [null]}'
+    )
+
+
+# ------------------------------------------------------------------- choosing an older checkpoint
+def test_from_checkpoint_continues_an_older_checkpoint_and_sets_the_later_ones_aside(
+    run_copy, capsys
+):
+    (run_copy / "summary.json").unlink()
+    assert cli.main(["train", "--resume", str(run_copy), "--from-checkpoint", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "from its checkpoint of epoch 2" in err and "set aside, not deleted" in err
+    assert (run_copy / "discarded_checkpoints" / "epoch_4").is_dir()
+    epochs = [
+        json.loads(line)["epoch"] for line in (run_copy / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert epochs == [1, 2, 3, 4]
+    assert sorted(p.name for p in (run_copy / "checkpoints").iterdir() if "epoch" in p.name) == [
+        "epoch_2",
+        "epoch_4",
+    ]
+    assert cli.main(["train", "--resume", str(run_copy), "--from-checkpoint", "3"]) == 2
+    assert "no checkpoint of epoch 3" in capsys.readouterr().err
