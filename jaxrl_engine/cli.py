@@ -68,6 +68,8 @@ def _resume_hint(run: Path | None) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from jaxrl_engine.run.signals import raise_if_stopped
+
     config, overrides = None, list(args.items)
     if overrides and "=" not in overrides[0]:
         config = overrides.pop(0)
@@ -96,6 +98,7 @@ def _train(args: argparse.Namespace) -> int:
                 epoch=args.from_checkpoint,
                 factory_hint="algo.torch_policy.factory={factory} on the command line",
             )
+            raise_if_stopped()
         else:
             cfg = load_config(config, overrides)
             run = Path(cfg.run_dir) / cfg.name
@@ -103,8 +106,10 @@ def _train(args: argparse.Namespace) -> int:
 
             from jaxrl_engine.compose import build
 
+            raise_if_stopped()
             engine = build(cfg)
             state = engine.init(jax.random.key(cfg.seed))
+            raise_if_stopped()
         from jaxrl_engine.core.nan_guard import NonFiniteError
         from jaxrl_engine.run.driver import Driver, TrainingInterrupted
 
@@ -118,17 +123,20 @@ def _train(args: argparse.Namespace) -> int:
         except TrainingInterrupted as e:
             _print_json(e.summary)
             return _fail(f"{e}; {_resume_hint(run)}", EXIT_INTERRUPTED)
-    except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
-        # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
-        return _fail(str(e), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        raise  # (first: the clauses below import modules; Ctrl-C may come mid-import)
     except OSError as e:
         checkpoint = _latest_checkpoint(run)
         kept = (
-            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is fixed"
+            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is "
+            "fixed"
             if checkpoint is not None
             else "no checkpoint was written"
         )
         return _fail(f"stopped by an OS error: {e}; {kept}", EXIT_OS_ERROR)
+    except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
+        # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
+        return _fail(str(e), EXIT_BAD_INPUT)
     if isinstance(engine.driver, Driver) and engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
     summary.pop("records")
@@ -267,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     _add_user_verbs(verbs)
     args = parser.parse_args(argv)
+    from jaxrl_engine.run.signals import stop_before_training
+
+    stop_before_training()
     try:
         if args.verb == "train":
             return _train(args)

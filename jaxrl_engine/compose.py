@@ -190,6 +190,8 @@ def resume(
     path = Path(run_dir)
     if not str(run_dir) or not path.is_dir():
         raise CheckpointError(f"cannot resume: run directory {str(run_dir)!r} does not exist")
+    if path.name in ("", ".", ".."):  # `--resume .` from inside the run directory
+        path = path.resolve()
     if path.name == "checkpoints" or (path / "_CHECKPOINT_METADATA").exists():
         raise CheckpointError(
             f"cannot resume from {str(path)!r}: that is a checkpoint; pass its run directory "

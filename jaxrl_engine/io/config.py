@@ -204,14 +204,15 @@ class Config(Strict):
         GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
         spec = env.spec(params)
         _check_action_space(self.algo, self.env.id, spec.action)
-        rows = max(per_epoch, getattr(self.algo, "buffer_size", 0))
+        replay = getattr(self.algo, "buffer_size", 0) > per_epoch
+        rows = self.algo.buffer_size if replay else per_epoch
         obs_bytes = rows * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
         if obs_bytes > MAX_BUFFER_BYTES:
             raise ValueError(
-                f"the {'replay' if rows > per_epoch else 'rollout'} buffer would hold "
-                f"{rows} transitions, {obs_bytes / 2**30:.0f} GiB of observations alone "
-                f"(obs shape {spec.obs_shape}); the limit is {MAX_BUFFER_BYTES // 2**30} GiB: "
-                "lower env.num_envs, algo.num_steps or algo.buffer_size"
+                f"the {'replay' if replay else 'rollout'} buffer would hold {rows} transitions, "
+                f"{obs_bytes / 2**30:.0f} GiB of observations alone (obs shape "
+                f"{spec.obs_shape}), more than {MAX_BUFFER_BYTES // 2**30} GiB: lower "
+                + ("algo.buffer_size" if replay else "env.num_envs or algo.num_steps")
             )
         return self
 
@@ -229,9 +230,9 @@ def _check_action_space(algo: Any, env_id: str, action: Any) -> None:
         if action.discrete
         else f"a continuous action space of shape {action.shape}"
     )
+    use = f"{', '.join(fits[:-1])} or {fits[-1]}" if len(fits) > 1 else "".join(fits)
     raise ValueError(
-        f"algo.name={algo.name} needs a {needs} action space; env.id={env_id} has {has} "
-        f"(use {', '.join(fits[:-1])} or {fits[-1]})"
+        f"algo.name={algo.name} needs a {needs} action space; env.id={env_id} has {has} (use {use})"
     )
 
 
@@ -331,11 +332,11 @@ def _load_yaml(text: str, what: str) -> Any:
                 f"(at most {MAX_YAML_NODES})"
             )
         return loader.construct_document(node)
+    except ConfigError:
+        raise
     except RecursionError:
         raise ConfigError(f"{what} is nested too deeply") from None
     except ValueError as e:  # e.g. an int with too many digits
-        if isinstance(e, ConfigError):
-            raise
         raise ConfigError(f"{what} holds a value YAML cannot read: {_short(str(e))}") from None
     finally:
         loader.dispose()

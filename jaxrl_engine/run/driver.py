@@ -31,7 +31,7 @@ from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
-from jaxrl_engine.run.signals import stop_on_signals
+from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -117,6 +117,7 @@ class Driver:
             if missing:
                 state = engine.warm_up(state, phases=missing)
             run.compile_s = engine.compile_seconds
+            raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:

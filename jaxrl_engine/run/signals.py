@@ -1,5 +1,6 @@
 """SIGINT/SIGTERM during a run: the first asks the driver to stop after the current call; the
-second ends the process at once."""
+second ends the process at once. Before training (imports, build, compile) the CLI's
+`stop_before_training` handler records the signal and the CLI stops at the next safe point."""
 
 from __future__ import annotations
 
@@ -73,3 +74,33 @@ def stop_on_signals(checkpoints: bool = True) -> Iterator[StopSignal]:
         writer.close()  # the watcher reads EOF and returns
         watcher.join()
         reader.close()
+
+
+_pending: list[str] = []  # signals received before training (with `stop_before_training`)
+
+
+def _record_early(signum: int, frame: Any) -> None:
+    if _pending:
+        os._exit(128 + signum)
+    _pending.append(signal.Signals(signum).name)
+    print(
+        f"\n{_pending[0]}: stopping before training starts (after the current step: imports "
+        "or compilation); send it again to exit at once",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def stop_before_training() -> None:
+    """Install the CLI's handler for the time before training: a signal is recorded, never
+    raised at a random bytecode (a `KeyboardInterrupt` raised inside a garbage-collector
+    callback is swallowed), and `raise_if_stopped` ends the start-up at the next safe point."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _record_early)
+
+
+def raise_if_stopped() -> None:
+    """Raise `KeyboardInterrupt` when a signal came during start-up (`stop_before_training`)."""
+    if _pending:
+        raise KeyboardInterrupt(_pending[0])

@@ -67,12 +67,12 @@ def test_python_resume_continues_metrics_and_state_like_one_run(tmp_path):
 
     engine, state = resume(run_dir)
     assert int(state.counters.epoch) == 3
-    assert logged(run_dir) == [1, 2, 3]  # back to the checkpoint's copy
+    assert logged(run_dir) == [1, 2, 3, 4]  # resume only reads; `run` (holding the lock)
     assert engine.driver.cfg.name == "split" and engine.driver.cfg.save_interval == 3
     resumed, history_summary = engine.run(state)
     history = history_summary["records"]
     assert [r["epoch"] for r in history] == [4, 5, 6]
-    assert logged(run_dir) == [1, 2, 3, 4, 5, 6]
+    assert logged(run_dir) == [1, 2, 3, 4, 5, 6]  # puts back the checkpoint's copy first
     for a, b in zip(
         jax.tree.leaves(straight.train.params), jax.tree.leaves(resumed.train.params), strict=True
     ):

@@ -211,6 +211,11 @@ def test_corruption_message_points_to_the_previous_checkpoint(engine, tmp_path):
     data.write_text("[]")
     with pytest.raises(CheckpointError, match=r"epoch_2.*resume from the previous .*epoch 1"):
         checkpoints.restore(engine)
+    with pytest.raises(CheckpointError) as info:
+        checkpoints.info()
+    assert str(info.value).endswith(
+        f"jaxrl-engine train --resume {tmp_path.parent} --from-checkpoint 1"
+    )
     restored, info = checkpoints.restore(engine, 1)
     assert info.epoch == 1 and int(restored.counters.epoch) == 1
 

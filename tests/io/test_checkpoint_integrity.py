@@ -134,7 +134,7 @@ def test_a_crc_may_be_missing_only_for_arrays_that_are_not_fully_addressable():
 
 def test_a_format_2_checkpoint_is_refused(engine, states, tmp_path):
     checkpoints = saved(engine, states, tmp_path, 1)
-    edit_meta(tmp_path, 1, lambda meta: (meta.update(format=2), meta.pop("sha256")))
+    edit_meta(tmp_path, 1, lambda meta: (meta.update(format=2), meta.pop("sha256", None)))
     with pytest.raises(CheckpointError, match="has format 2; this version reads format 3"):
         checkpoints.info()
 
