@@ -128,8 +128,7 @@ def _train(args: argparse.Namespace) -> int:
     except OSError as e:
         checkpoint = _latest_checkpoint(run)
         kept = (
-            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is "
-            "fixed"
+            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is fixed"
             if checkpoint is not None
             else "no checkpoint was written"
         )
