@@ -178,13 +178,15 @@ def test_resume_of_a_checkpoint_with_truncated_array_data(run_copy, nothing_run,
 def test_a_fresh_run_over_an_unfinished_run_is_refused_naming_resume(run_copy, capsys):
     # Make it unfinished: drop the last checkpoint, as if killed after epoch 3.
     shutil.rmtree(run_copy / "checkpoints" / "epoch_4")
-    argv = [*SMALL, f"run_dir={run_copy.parent}", "name=done", "save_interval=2"]
+    config = (run_copy / "config.yaml").read_text()
+    argv = [*SMALL, f"run_dir={run_copy.parent}", "name=done", "save_interval=2", "seed=5"]
     with mock.patch.object(engine_module.Engine, "warm_up", side_effect=Reached("warm_up")):
         status, out, err = train(capsys, *argv)
     assert_clean_refusal(
         status, out, err, "unfinished run", f"jaxrl-engine train --resume {run_copy}"
     )
     assert (run_copy / "checkpoints" / "epoch_2").is_dir()
+    assert (run_copy / "config.yaml").read_text() == config  # the refused run wrote nothing
 
 
 # ------------------------------------------------------------------------------- property tests

@@ -23,7 +23,6 @@ architecture: the flax MLP actor-critic (PPO).
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ import numpy as np
 from jaxrl_engine.algos.networks import ActorCritic
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.interop.dlpack import to_torch
+from jaxrl_engine.io.files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
     import torch
@@ -158,9 +158,10 @@ def export_policy(
             "through a host callback (algo.torch_policy.path=universal) has no StableHLO form"
         ) from e
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "act.jaxexport").write_bytes(blob)
-    np.savez(directory / "params.npz", **flat)  # type: ignore[arg-type]
-    shutil.copyfile(HERE / "jax_loader.py", directory / "policy.py")
+    # Each file whole or not at all, never written through a symlink (`io.files`).
+    atomic_write(directory / "act.jaxexport", bytes(blob))
+    atomic_writer(directory / "params.npz", lambda f: np.savez(f, **flat))  # type: ignore[arg-type]
+    atomic_write(directory / "policy.py", (HERE / "jax_loader.py").read_bytes())
     action = engine.spec.action
     meta = {
         "format": 1,
@@ -178,7 +179,7 @@ def export_policy(
         "params": {n: list(v.shape) for n, v in flat.items()},
         "torch": torch_spec(engine, flat),
     }
-    (directory / "meta.json").write_text(json.dumps(meta, indent=2))
+    atomic_write(directory / "meta.json", json.dumps(meta, indent=2))
     if torch:
         export_torch(directory, params=params)
     return directory
@@ -225,8 +226,8 @@ def export_torch(directory: str | Path, params: Any = None) -> Path:
         with np.load(directory / "params.npz") as data:
             params = {n: data[n] for n in data.files}
     module = torch_module(spec, params)
-    torch.save(module.state_dict(), directory / "torch_policy.pt")
-    shutil.copyfile(HERE / "torch_loader.py", directory / "torch_policy.py")
+    atomic_writer(directory / "torch_policy.pt", lambda f: torch.save(module.state_dict(), f))
+    atomic_write(directory / "torch_policy.py", (HERE / "torch_loader.py").read_bytes())
     return directory
 
 
