@@ -62,10 +62,22 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
     return algorithm
 
 
+def make_configured_env(cfg: Config) -> Env:
+    """The env of `cfg.env`: a gymnax env, or gymnasium's as a batched host env (its
+    training and evaluation env sets; see `envs/gymnasium_env.py`)."""
+    if cfg.env.suite == "gymnasium":
+        from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+
+        return GymnasiumEnv(
+            cfg.env.id, cfg.env.num_envs, cfg.eval.num_envs, cfg.env.params, cfg.env.vectorization
+        )
+    return make_env(cfg.env.id, cfg.env.params)
+
+
 def hparams(cfg: Config) -> Any:
     """The config's numeric hyperparameters as the algorithm's `HParams` pytree:
     `jre.hparams(cfg).replace(lr=...)`."""
-    env = make_env(cfg.env.id, cfg.env.params)
+    env = make_configured_env(cfg)
     return cfg.algo.hparams(env.spec(env.params))
 
 
@@ -83,9 +95,15 @@ def build(
     a mesh, per-phase hooks, replacement phases or host hooks for the driver."""
     if cfg.compile_cache_dir:
         enable_compile_cache(cfg.compile_cache_dir)
-    env = env if env is not None else make_env(cfg.env.id, cfg.env.params)
-    eval_params = env.params.replace(**cfg.eval.env_params) if cfg.eval.env_params else None
+    env = env if env is not None else make_configured_env(cfg)
+    host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
+    eval_params = env.params.replace(**cfg.eval.env_params) if cfg.eval.env_params or host else None
     mesh = mesh if mesh is not None else data_mesh()
+    if host and mesh.size > 1:
+        raise ConfigError(
+            f"env.suite={cfg.env.suite} steps its envs on the host: it runs on one device, "
+            f"and the 'data' mesh has {mesh.size}"
+        )
     for key, n in (("env.num_envs", cfg.env.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
         if n % mesh.size:
             raise ConfigError(

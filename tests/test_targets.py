@@ -49,8 +49,9 @@ def test_ppo_cartpole_reaches_475_within_60s(seed, tmp_path):
         ("configs/dqn_cartpole.yaml", 475, 180),
         ("configs/sac_pendulum.yaml", -200, 180),
         ("configs/td3_pendulum.yaml", -250, 180),
+        ("configs/ppo_gym_cartpole.yaml", 475, 120),  # gymnasium envs stepped on the host
     ],
-    ids=["ppo_pendulum", "dqn_cartpole", "sac_pendulum", "td3_pendulum"],
+    ids=["ppo_pendulum", "dqn_cartpole", "sac_pendulum", "td3_pendulum", "ppo_gym_cartpole"],
 )
 def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_path):
     summary, wall = train(config, "seed=0", tmp_path=tmp_path)

@@ -20,7 +20,7 @@ from jaxrl_engine.core.hooks import Hook, chain
 from jaxrl_engine.core.nan_guard import GUARDED_STATE, MAY_BE_NAN, guarded_quantities
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
 from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, move_to, placement_hooks
-from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder
+from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder, reset_batch
 from jaxrl_engine.core.protocols import Algorithm, Env
 from jaxrl_engine.core.sharding import data_mesh, state_sharding
 from jaxrl_engine.core.state import (
@@ -166,9 +166,7 @@ class Engine:
         k_algo, k_env, k_run = jax.random.split(key, 3)
         train_state = one_key_at_a_time(algo.init)(k_algo, hparams)
         acting = algo.acting_params(train_state, hparams)
-        obs, env_state = jax.vmap(self.env.reset, (0, None))(
-            jax.random.split(k_env, self.num_envs), self.env_params
-        )
+        obs, env_state = reset_batch(self.env, k_env, self.env_params, self.num_envs)
         env = EnvCarry(state=env_state, obs=obs, done=jnp.zeros((self.num_envs,), bool))
         stats = EpisodeStats.zeros(self.num_envs)
         trajectory = jax.eval_shape(lambda: self.builder.collect(acting, env, stats, k_run)[2])

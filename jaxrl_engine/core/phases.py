@@ -62,6 +62,21 @@ def episode_stats(
     }
 
 
+def reset_batch(env: Env, key: jax.Array, params: Any, n: int) -> tuple[jax.Array, Any]:
+    """`n` envs reset: vmapped over `n` keys, or one call for a `batched` env (a host env
+    steps its whole batch at once)."""
+    if getattr(env, "batched", False):
+        return env.reset(key, params)
+    return jax.vmap(env.reset, (0, None))(jax.random.split(key, n), params)
+
+
+def step_batch(env: Env, key: jax.Array, state: Any, action: jax.Array, params: Any, n: int):
+    """`n` envs stepped (see `reset_batch`): the gymnax 6-tuple with a leading env axis."""
+    if getattr(env, "batched", False):
+        return env.step(key, state, action, params)
+    return jax.vmap(env.step, (0, 0, 0, None))(jax.random.split(key, n), state, action, params)
+
+
 def evaluate_episodes(
     env: Env,
     env_params: Any,
@@ -77,15 +92,12 @@ def evaluate_episodes(
     """
     max_steps = env.spec(env_params).max_episode_steps
     k_reset, k_steps = jax.random.split(key)
-    obs, env_state = jax.vmap(env.reset, (0, None))(
-        jax.random.split(k_reset, num_episodes), env_params
-    )
-    step_env = jax.vmap(env.step, (0, 0, 0, None))
+    obs, env_state = reset_batch(env, k_reset, env_params, num_episodes)
 
     def step(carry, key):
         env_state, obs, ret, length, active = carry
-        obs, env_state, reward, terminated, truncated, _ = step_env(
-            jax.random.split(key, num_episodes), env_state, policy(obs, key), env_params
+        obs, env_state, reward, terminated, truncated, _ = step_batch(
+            env, key, env_state, policy(obs, key), env_params, num_episodes
         )
         ret = ret + jnp.where(active, reward, 0.0)
         length = length + active
@@ -126,17 +138,13 @@ class PhaseBuilder:
         episode statistics are computed after it, vectorised over the trajectory.
         """
         algo, spec = self.algorithm, self.spec
-        step_env = jax.vmap(self.env.step, (0, 0, 0, None))
 
         def step(carry, key: jax.Array):
             env_state, last_obs = carry
             k_act, k_env = jax.random.split(key)
             action, extras = algo.act(params, last_obs, k_act, False)
-            obs, env_state, reward, terminated, truncated, info = step_env(
-                jax.random.split(k_env, self.num_envs),
-                env_state,
-                spec.action.clip(action),
-                self.env_params,
+            obs, env_state, reward, terminated, truncated, info = step_batch(
+                self.env, k_env, env_state, spec.action.clip(action), self.env_params, self.num_envs
             )
             transition = Transition(
                 obs=last_obs,

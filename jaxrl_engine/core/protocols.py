@@ -60,6 +60,12 @@ class Env(Protocol):
 
     params: the env's default parameters (a dataclass with `replace`); `spec(params)` reads
     observation and action spaces and the episode limit for those parameters.
+
+    An env may set `batched = True`: then `reset(key, params)` and `step(key, state, action,
+    params)` take and return the whole env batch (leading axis) in one call, and the engine
+    does not vmap them; host simulators are such envs (`envs/gymnasium_env.py`: one host
+    callback per step for all envs). Their params say which env set a call is for (the
+    training envs or the evaluation envs).
     """
 
     params: Any

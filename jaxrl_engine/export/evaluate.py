@@ -34,8 +34,17 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
         raise ValueError(f"episodes={episodes}: need at least one")
     # `loggers` may name wandb, which evaluating does not need installed.
     cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
-    env = GymnaxEnv(cfg.env.id, cfg.env.params)
-    env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)
+    env: Any
+    if cfg.env.suite == "gymnasium":  # a host env: one evaluation env per episode
+        from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+
+        env = GymnasiumEnv(
+            cfg.env.id, 1, episodes, cfg.env.params, vectorization=cfg.env.vectorization
+        )
+        env_params = env.params.replace(**cfg.eval.env_params)
+    else:
+        env = GymnaxEnv(cfg.env.id, cfg.env.params)
+        env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)
     exported = jax.export.deserialize(bytearray((policy / "act.jaxexport").read_bytes()))
     with np.load(policy / "params.npz") as data:
         params = {name: data[name] for name in data.files}

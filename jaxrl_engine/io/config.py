@@ -49,28 +49,49 @@ class ConfigError(ValueError):
 
 
 class EnvConfig(Strict):
-    id: str = Field("CartPole-v1", description="gymnax environment id")
+    suite: Literal["gymnax", "gymnasium"] = Field(
+        "gymnax",
+        description="gymnax: JAX envs, stepped inside the compiled rollout; gymnasium: any "
+        "registered gymnasium id (MuJoCo with the `mujoco` extra), stepped on the host",
+    )
+    id: str = Field("CartPole-v1", description="environment id of the suite")
     num_envs: int = Field(16, gt=0, description="parallel envs in rollout (sharded over `data`)")
-    params: dict[str, float | int | bool] = Field(
-        default_factory=dict, description="overrides of the gymnax env params"
+    params: dict[str, float | int | bool | str] = Field(
+        default_factory=dict,
+        description="gymnax: overrides of the env params; gymnasium: `gymnasium.make` kwargs",
+    )
+    vectorization: Literal["sync", "async"] = Field(
+        "sync", description="gymnasium: one process (sync) or a subprocess per env (async)"
     )
 
-    @field_validator("id")
-    @classmethod
-    def _known_id(cls, value: str) -> str:
+    @model_validator(mode="after")
+    def _known_id(self) -> EnvConfig:
+        if self.suite == "gymnasium":
+            import gymnasium
+
+            if self.id not in gymnasium.registry:
+                close = [e for e in gymnasium.registry if self.id.split("-")[0] in e][:8]
+                raise ValueError(
+                    f"env.id={self.id!r} is not a registered gymnasium id"
+                    + (f"; similar: {', '.join(close)}" if close else "")
+                )
+            return self
         from jaxrl_engine.envs.gymnax_env import available_env_ids
 
-        if value not in available_env_ids():
+        if self.id not in available_env_ids():
             raise ValueError(
-                f"unknown env id {value!r}; valid choices: {', '.join(available_env_ids())}"
+                f"unknown env id {self.id!r}; valid choices: {', '.join(available_env_ids())} "
+                "(or env.suite=gymnasium for gymnasium ids)"
             )
-        return value
+        if any(isinstance(v, str) for v in self.params.values()):
+            raise ValueError("env.params of a gymnax env are numbers or booleans")
+        return self
 
 
 class EvalConfig(Strict):
     num_envs: int = Field(16, gt=0, description="episodes per evaluation (one per env)")
     interval: int = Field(10, gt=0, description="evaluate every this many epochs (and at the end)")
-    env_params: dict[str, float | int | bool] = Field(
+    env_params: dict[str, float | int | bool | str] = Field(
         default_factory=dict,
         description="env param overrides for evaluation only (an out-of-distribution test set)",
     )
@@ -197,12 +218,17 @@ class Config(Strict):
                 f"{epochs * per_epoch}: more than the engine's int32 counters hold ({INT32_MAX})"
             )
         self.algo.check(self.env.num_envs, self.total_env_steps)
-        from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
+        if self.env.suite == "gymnasium":
+            from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
-        env = make_env(self.env.id, None)
-        params = GymnaxEnv.with_params(env.params, self.env.params, key="env.params")
-        GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
-        spec = env.spec(params)
+            spec = GymnasiumEnv(self.env.id, 1, 1, self.env.params).spec(None)
+        else:
+            from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
+
+            env = make_env(self.env.id, None)
+            params = GymnaxEnv.with_params(env.params, self.env.params, key="env.params")
+            GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
+            spec = env.spec(params)
         _check_action_space(self.algo, self.env.id, spec.action)
         replay = getattr(self.algo, "buffer_size", 0) > per_epoch
         rows = self.algo.buffer_size if replay else per_epoch

@@ -15,9 +15,10 @@ batch to the run directory and leaves the checkpoints as they were.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
+
+
+@contextlib.contextmanager
+def _host_errors(engine: Engine) -> Iterator[None]:
+    """An exception raised by a host env inside a compiled call (a callback) comes out of XLA
+    as a JaxRuntimeError holding its traceback as text; raise the env's original instead."""
+    try:
+        yield
+    except Exception:
+        original = getattr(engine.env, "host_error", None)
+        if original is None:
+            raise
+        engine.env.host_error = None  # type: ignore[attr-defined]
+        raise original from None
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -187,7 +202,8 @@ class Driver:
         if cfg.profile:  # one epoch, each phase its own timed call
             n, metrics = 1, {}
             for name in EPOCH_PHASES:
-                state, m = engine.timed_call(name, state)
+                with _host_errors(engine):
+                    state, m = engine.timed_call(name, state)
                 metrics.update(m)
             state = jax.device_put(state, engine.state_sharding)
             rows = [metrics]
@@ -197,14 +213,16 @@ class Driver:
             boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
             n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
             began = time.perf_counter()
-            state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
+            with _host_errors(engine):
+                state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
             ran = int(ran)
             engine.timer.record("epoch", time.perf_counter() - began, count=ran)
             table = jax.device_get(table)
             rows = [{k: v[i] for k, v in table.items()} for i in range(ran)]
         done = start_epoch + len(rows)
         if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
-            state, eval_metrics = engine.timed_call("evaluate", state)
+            with _host_errors(engine):
+                state, eval_metrics = engine.timed_call("evaluate", state)
             rows[-1] = {**rows[-1], **jax.device_get(eval_metrics)}
         wall_s = time.perf_counter() - run.wall_start
         records: list[Record] = []

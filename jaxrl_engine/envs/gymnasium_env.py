@@ -1,0 +1,238 @@
+"""gymnasium environments (any registered id, MuJoCo's included) as a batched host env.
+
+A gymnasium env steps on the host, in Python/C, so it cannot be traced. `GymnasiumEnv` is an
+engine `Env` with `batched = True`: its `reset` and `step` take the whole env batch and call a
+gymnasium vector env through one ordered `jax.experimental.io_callback` per step, so the
+engine's jitted phases, fused epochs, hooks, nan_guard, checkpoints, evaluation and driver run
+unchanged around it (the acting network runs in XLA, the env on the host; one device).
+
+Two vector envs, as RLightning keeps train and eval object sets: the training envs
+(`env.num_envs`, `env.params` as `gymnasium.make` kwargs) and the evaluation envs
+(`eval.num_envs`, with `eval.env_params` on top); the env `params` of a call say which.
+
+Autoreset: gymnasium 1.x `AutoresetMode.SAME_STEP` exactly: the step that ends an episode
+returns the first observation of the next one and `info["final_obs"]` the last observation of
+the ended one (the engine's `final_observation`), as gymnax does. The other modes
+(NEXT_STEP, gymnasium's default, and DISABLED) would put a reset step into the trajectory; the
+adapter always builds its vector envs in SAME_STEP mode.
+
+Limits: the envs' own state is not part of `EngineState`, so a resumed run starts new
+episodes (the learner state is restored exactly; the episodes in flight are not); sweeps
+(`jax.vmap(train)`) and multi-device meshes are not supported with host envs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
+
+Vectorization = Literal["sync", "async"]
+DEFAULT_MAX_STEPS = 1000  # evaluation horizon of an env without a registered step limit
+
+
+@dataclasses.dataclass(frozen=True)
+class HostEnvParams:
+    """Which env set a call is for ("train" or "eval") and that set's `gymnasium.make`
+    kwargs (hashable: params are static in the compiled phases)."""
+
+    role: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def replace(self, **changes: Any) -> HostEnvParams:
+        """`eval.env_params` overrides: kwargs on top of the training set's."""
+        merged = {**dict(self.kwargs), **changes}
+        return dataclasses.replace(self, role="eval", kwargs=tuple(sorted(merged.items())))
+
+
+def _space_spec(env_id: str, obs_space: Any, action_space: Any) -> tuple[Any, ...]:
+    from gymnasium import spaces
+
+    if not isinstance(obs_space, spaces.Box):
+        raise ValueError(
+            f"env.id={env_id}: observation space {obs_space} is not supported (Box only: "
+            "arrays, images included)"
+        )
+    obs_dtype = np.float32 if np.issubdtype(obs_space.dtype, np.floating) else obs_space.dtype
+    if isinstance(action_space, spaces.Discrete):
+        if action_space.start != 0:
+            raise ValueError(f"env.id={env_id}: Discrete actions must start at 0 ({action_space})")
+        action = ActionSpec(shape=(), dtype=jnp.int32, num_actions=int(action_space.n))
+    elif isinstance(action_space, spaces.Box) and np.issubdtype(action_space.dtype, np.floating):
+        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            raise ValueError(f"env.id={env_id}: action space {action_space} is unbounded")
+        action = ActionSpec(
+            shape=tuple(action_space.shape),
+            dtype=jnp.float32,
+            low=tuple(float(x) for x in np.ravel(action_space.low)),
+            high=tuple(float(x) for x in np.ravel(action_space.high)),
+        )
+    else:
+        raise ValueError(
+            f"env.id={env_id}: action space {action_space} is not supported (Discrete or a "
+            "float Box)"
+        )
+    return tuple(obs_space.shape), np.dtype(obs_dtype), action
+
+
+class GymnasiumEnv:
+    """gymnasium `env_id` as a batched host env of `num_envs` training and `eval_envs`
+    evaluation envs (see the module docstring). kwargs: `gymnasium.make` keyword arguments;
+    vectorization: "sync" (one process) or "async" (a subprocess per env)."""
+
+    batched = True
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        eval_envs: int,
+        kwargs: dict[str, Any] | None = None,
+        vectorization: Vectorization = "sync",
+    ):
+        import gymnasium
+
+        self.env_id, self.vectorization = env_id, vectorization
+        self.sizes = {"train": num_envs, "eval": eval_envs}
+        self.params = HostEnvParams("train", tuple(sorted((kwargs or {}).items())))
+        try:
+            probe = gymnasium.make(env_id, **dict(self.params.kwargs))
+        except Exception as e:  # not registered, a missing extra (mujoco), bad kwargs
+            raise ValueError(
+                f"env.id={env_id} (suite gymnasium) cannot be made: {type(e).__name__}: "
+                f"{(str(e).splitlines() or [''])[0][:300]}"
+            ) from None
+        try:
+            self.obs_shape, self.obs_dtype, self.action = _space_spec(
+                env_id, probe.observation_space, probe.action_space
+            )
+            limit = probe.spec.max_episode_steps if probe.spec is not None else None
+            self.max_episode_steps = int(limit or DEFAULT_MAX_STEPS)
+        finally:
+            probe.close()
+        self._vec: dict[HostEnvParams, Any] = {}
+        self._needs_reset: dict[HostEnvParams, bool] = {}
+        # The exception an env raised inside a callback: XLA reports it as a JaxRuntimeError
+        # holding its traceback as text; the driver raises this original instead.
+        self.host_error: BaseException | None = None
+
+    def _guarded(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BaseException as e:
+            self.host_error = e
+            raise
+
+    def spec(self, params: Any) -> EnvSpec:
+        return EnvSpec(
+            env_id=self.env_id,
+            obs_shape=self.obs_shape,
+            obs_dtype=self.obs_dtype,
+            action=self.action,
+            max_episode_steps=self.max_episode_steps,
+        )
+
+    # ------------------------------------------------------------------------- host side
+    def vector_env(self, params: HostEnvParams) -> Any:
+        """The gymnasium vector env of an env set (made on first use, SAME_STEP autoreset)."""
+        if params not in self._vec:
+            import gymnasium
+            from gymnasium.vector import AutoresetMode
+
+            self._vec[params] = gymnasium.make_vec(
+                self.env_id,
+                num_envs=self.sizes[params.role],
+                vectorization_mode=self.vectorization,
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                **dict(params.kwargs),
+            )
+            self._needs_reset[params] = True
+        return self._vec[params]
+
+    def _host_reset(self, params: HostEnvParams, key_data: np.ndarray) -> tuple[Any, Any]:
+        vec = self.vector_env(params)
+        obs, _ = vec.reset(seed=int(np.asarray(key_data).ravel()[-1]))
+        self._needs_reset[params] = False
+        return self._obs(obs), np.zeros((self.sizes[params.role],), np.int32)
+
+    def _host_step(self, params: HostEnvParams, action: np.ndarray) -> tuple[Any, ...]:
+        vec = self.vector_env(params)
+        n = self.sizes[params.role]
+        if self._needs_reset[params]:  # e.g. a resumed run: its episodes start afresh
+            self._host_reset(params, np.zeros((1,), np.uint32))
+        action = np.asarray(action)
+        obs, reward, terminated, truncated, info = vec.step(
+            action.astype(np.int64) if self.action.discrete else action
+        )
+        final = np.array(obs, copy=True)
+        if "_final_obs" in info:
+            ended = np.flatnonzero(info["_final_obs"])
+            if ended.size:
+                final[ended] = np.stack([info["final_obs"][i] for i in ended])
+        return (
+            self._obs(obs),
+            np.zeros((n,), np.int32),
+            np.asarray(reward, np.float32),
+            np.asarray(terminated, bool),
+            np.asarray(truncated, bool),
+            self._obs(final),
+        )
+
+    def _obs(self, obs: Any) -> np.ndarray:
+        return np.asarray(obs, self.obs_dtype)
+
+    def close(self) -> None:
+        for vec in self._vec.values():
+            vec.close()
+        self._vec.clear()
+
+    # ---------------------------------------------------------------------- traced side
+    def _shapes(self, n: int) -> tuple[jax.ShapeDtypeStruct, ...]:
+        obs = jax.ShapeDtypeStruct((n, *self.obs_shape), self.obs_dtype)
+        return obs, jax.ShapeDtypeStruct((n,), np.int32)
+
+    def reset(self, key: jax.Array, params: HostEnvParams) -> tuple[jax.Array, jax.Array]:
+        n = self.sizes[params.role]
+        obs, state = io_callback(
+            lambda k: self._guarded(self._host_reset, params, k),
+            self._shapes(n),
+            jax.random.key_data(key),
+            ordered=True,
+        )
+        return obs, state
+
+    def step(
+        self, key: jax.Array, state: jax.Array, action: jax.Array, params: HostEnvParams
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+        n = self.sizes[params.role]
+        obs, counter = self._shapes(n)
+        flags = jax.ShapeDtypeStruct((n,), np.bool_)
+        out = io_callback(
+            lambda a: self._guarded(self._host_step, params, a),
+            (obs, counter, jax.ShapeDtypeStruct((n,), np.float32), flags, flags, obs),
+            action,
+            ordered=True,
+        )
+        obs, state, reward, terminated, truncated, final = out
+        return obs, state, reward, terminated, truncated, {"final_observation": final}
+
+
+def steps_per_second_of_random_policy(env: GymnasiumEnv, steps: int = 2000) -> float:
+    """The host envs' own stepping rate under uniformly random actions (the limit of any
+    engine built on them); for benchmarks."""
+    import time
+
+    vec = env.vector_env(env.params)
+    vec.reset(seed=0)
+    n = env.sizes["train"]
+    start = time.perf_counter()
+    for _ in range(math.ceil(steps / n)):
+        vec.step(vec.action_space.sample())
+    return math.ceil(steps / n) * n / (time.perf_counter() - start)

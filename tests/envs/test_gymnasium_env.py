@@ -1,0 +1,182 @@
+"""gymnasium envs as batched host envs (`env.suite: gymnasium`): the same transitions as
+gymnasium's own SAME_STEP vector env, spaces mapped or refused by name, the whole driver
+(checkpoints, evaluation, resume, export) around them, and env errors that stop the run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnasium.envs.classic_control import CartPoleEnv
+from gymnasium.vector import AutoresetMode
+
+import jaxrl_engine as jre
+from jaxrl_engine import cli
+from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+from jaxrl_engine.io.checkpoint import Checkpointer
+from tests.conftest import SMALL
+
+GYM = ["env.suite=gymnasium"]
+
+
+def test_steps_equal_gymnasiums_own_same_step_vector_env():
+    env = GymnasiumEnv("CartPole-v1", num_envs=4, eval_envs=2)
+    key = jax.random.key(3)
+    actions = np.random.default_rng(0).integers(0, 2, size=(120, 4)).astype(np.int32)
+
+    @jax.jit
+    def run(key, actions):
+        obs, state = env.reset(key, env.params)
+
+        def step(carry, action):
+            state, _ = carry
+            out = env.step(key, state, action, env.params)
+            return (out[1], out[0]), (out[0], *out[2:5], out[5]["final_observation"])
+
+        return obs, jax.lax.scan(step, (state, obs), actions)[1]
+
+    first, (obs, reward, terminated, truncated, final) = jax.device_get(run(key, actions))
+    reference = gymnasium.make_vec(
+        "CartPole-v1",
+        4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+    ref_obs, _ = reference.reset(seed=int(jax.random.key_data(key)[-1]))
+    np.testing.assert_array_equal(first, ref_obs)
+    ends = 0
+    for t, action in enumerate(actions):
+        o, r, te, tr, info = reference.step(action.astype(np.int64))
+        np.testing.assert_array_equal(obs[t], o)
+        np.testing.assert_array_equal(reward[t], r.astype(np.float32))
+        np.testing.assert_array_equal(terminated[t], te)
+        np.testing.assert_array_equal(truncated[t], tr)
+        for i in range(4):  # the ended episode's last observation; else the next one
+            expected = info["final_obs"][i] if te[i] or tr[i] else o[i]
+            np.testing.assert_array_equal(final[t, i], expected)
+        ends += int((te | tr).sum())
+    assert ends > 0  # random actions end CartPole episodes within 120 steps
+
+
+def test_spaces_map_to_the_engine_spec():
+    cartpole = GymnasiumEnv("CartPole-v1", 2, 2).spec(None)
+    assert cartpole.obs_shape == (4,) and cartpole.action.num_actions == 2
+    assert cartpole.max_episode_steps == 500
+    pendulum = GymnasiumEnv("Pendulum-v1", 2, 2).spec(None)
+    assert pendulum.action.shape == (1,) and pendulum.action.low == (-2.0,)
+    assert pendulum.action.high == (2.0,) and pendulum.obs_dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["env.id=Blackjack-v1"], ["Blackjack-v1", "observation space Tuple", "Box only"]),
+        (["env.id=CartPole-v9"], ["'CartPole-v9' is not a registered gymnasium id", "CartPole-v1"]),
+        (["env.id=CartPole-v1", "env.params={bogus: 1}"], ["cannot be made", "bogus"]),
+        (["env.id=Pendulum-v1", "algo.name=dqn"], ["needs a discrete action space"]),
+    ],
+)
+def test_unsupported_envs_exit_2_naming_the_problem(overrides, fragments, capsys, tmp_path):
+    base = [] if any(o.startswith("algo.name") for o in overrides) else SMALL  # (PPO keys)
+    status = cli.main(["train", *base, *GYM, f"run_dir={tmp_path}", *overrides])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("mujoco") is not None, reason="mujoco is installed here"
+)
+def test_a_mujoco_env_without_the_extra_exits_2(capsys, tmp_path):
+    status = cli.main(["train", *SMALL, *GYM, "env.id=HalfCheetah-v5", f"run_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and "cannot be made" in err and "mujoco" in err.lower()
+
+
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gym")
+    cfg = jre.load_config(
+        None, [*SMALL, *GYM, f"run_dir={root}", "name=g", "save_interval=2", "loggers=[jsonl]"]
+    )
+    engine = jre.build(cfg)
+    state, summary = engine.run(engine.init(jax.random.key(0)))
+    return root / "g", state, summary
+
+
+def test_the_driver_runs_host_envs_with_checkpoints_evaluation_and_export(host_run):
+    run, _, summary = host_run
+    assert summary["status"] == "completed" and summary["epochs"] == 4
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4]
+    assert all(np.isfinite(r["evaluate/episode_return"]) for r in records if r["epoch"] % 2 == 0)
+    assert (run / "policy" / "act.jaxexport").is_file()
+    assert jre.make_policy(run)(jnp.zeros((3, 4))).shape == (3,)
+    assert cli.main(["eval", str(run), "--episodes", "3"]) == 0
+
+
+def test_a_host_env_run_resumes_from_its_checkpoint(host_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "g"
+    shutil.copytree(host_run[0], run)
+    engine, state = jre.resume(run, ["total_env_steps=384"])  # 6 epochs now
+    assert int(state.counters.epoch) == 4
+    state, summary = engine.run(state)  # new episodes (the envs' own state is not saved)
+    assert summary["epochs"] == 6 and int(state.counters.epoch) == 6
+
+
+class FlakyCartPole(CartPoleEnv):
+    """CartPole whose `step` raises on its `fail_at`-th call."""
+
+    def __init__(self, fail_at: int):
+        super().__init__()
+        self.calls, self.fail_at = 0, fail_at
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError(f"simulator crashed at step {self.calls}")
+        return super().step(action)
+
+
+gymnasium.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)
+
+
+@pytest.mark.parametrize("fail_at", [150, 205])
+def test_an_env_that_raises_in_step_stops_the_run_with_that_error_and_keeps_the_checkpoint(
+    fail_at, tmp_path
+):
+    # 4 envs x 16 steps an epoch: step 150 of env 0 falls in epoch 10, 205 in epoch 13.
+    cfg = jre.load_config(
+        None,
+        [
+            *SMALL,
+            *GYM,
+            "env.id=FlakyCartPole-v0",
+            "total_env_steps=1280",
+            f"env.params={{fail_at: {fail_at}}}",
+            "eval.env_params={fail_at: 0}",  # the evaluation envs never fail
+            f"run_dir={tmp_path}",
+            "save_interval=4",
+            "eval.interval=4",
+            "loggers=[jsonl]",
+        ],
+    )
+    engine = jre.build(cfg)
+    with pytest.raises(RuntimeError, match=f"simulator crashed at step {fail_at}"):
+        engine.run(engine.init(jax.random.key(0)))
+    checkpoints = Checkpointer(tmp_path / cfg.name / "checkpoints", read_only=True)
+    try:
+        last = 8 if fail_at == 150 else 12
+        assert checkpoints.epochs()[-1] == last
+        state, _ = checkpoints.restore(jre.build(cfg))  # intact
+        assert int(state.counters.epoch) == last
+    finally:
+        checkpoints.close()
