@@ -114,6 +114,12 @@ def build(
             algorithm = make_algorithm(cfg, env.spec(env.params))
         except ValueError as e:  # the algorithm does not fit the env (e.g. DQN on Pendulum)
             raise ConfigError(str(e)) from None
+    overlap = cfg.env.overlap if cfg.env.overlap is not None else host and algorithm.on_policy
+    if overlap and not algorithm.on_policy:
+        raise ConfigError(
+            f"env.overlap=true runs on-policy algorithms only; algo.name={algorithm.name} keeps "
+            "a replay buffer that its learner updates while an actor would add to it"
+        )
     return Engine(
         env,
         algorithm,
@@ -128,7 +134,7 @@ def build(
         hooks=hooks,
         offload=cfg.offload,
         nan_guard=cfg.nan_guard,
-        driver=Driver(cfg, host_hooks),
+        driver=Driver(cfg, host_hooks, overlap=overlap),
     )
 
 

@@ -127,6 +127,9 @@ class Engine:
         self.update_dataset = jax.jit(self.pure_phases["update_dataset"])
         self.train = jax.jit(self.pure_phases["train"])
         self.sync_weights = jax.jit(self.pure_phases["sync_weights"])
+        # The epoch after its rollout, fused: what a learner runs while an actor collects the
+        # next rollout (`run/overlap.py`).
+        self.learn = jax.jit(self.pure_learn)
 
         self.state_shape = jax.eval_shape(self._init, jax.random.key(0), algorithm.hparams)
         host_paths = OFFLOADED_BETWEEN_EPOCHS if offload else ()
@@ -216,6 +219,14 @@ class Engine:
             metrics.update(m)
         return state, metrics
 
+    def pure_learn(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """update_dataset -> train -> sync_weights on the rollout in `state.buffer` (pure)."""
+        metrics: Metrics = {}
+        for name in EPOCH_PHASES[1:]:
+            state, m = self.pure_phases[name](state)
+            metrics.update(m)
+        return state, metrics
+
     def pure_epochs(
         self, state: EngineState, n: jax.Array
     ) -> tuple[EngineState, Metrics, jax.Array]:
@@ -266,8 +277,8 @@ class Engine:
     def warm_up(self, state: EngineState, phases: Sequence[str] | None = None) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.
 
-        phases: what to compile (default: the five phases, "epoch" and "epochs"); the driver asks
-        only for what it will run. Records compile seconds and XLA's cost/memory analysis in
+        phases: what to compile (default: the five phases, "epoch" and "epochs"; "learn" on
+        request); the driver asks only for what it will run. Records compile seconds and XLA's cost/memory analysis in
         `self.compile_report`. The state is returned untouched (nothing runs, nothing to reseed).
         """
         wanted = set(phases) if phases is not None else {*PHASES, "epoch", "epochs"}
@@ -276,12 +287,21 @@ class Engine:
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
         current = boundary
-        if wanted & set(EPOCH_PHASES):
-            for name in EPOCH_PHASES:
-                current = self._compile(name, getattr(self, name), current).out_info[0]
+        chained = [name for name in EPOCH_PHASES if name in wanted]
+        if chained:  # along the data flow, up to the last one asked for
+            for name in EPOCH_PHASES[: EPOCH_PHASES.index(chained[-1]) + 1]:
+                compiled = self._compile(name, getattr(self, name), current)
+                try:
+                    current = compiled.out_info[0]
+                except AssertionError:
+                    # A phase with ordered effects (a host env's callbacks): jax does not give
+                    # its output layouts; its outputs have the state's shapes and placement.
+                    current = boundary
         for name, fn in (("evaluate", self.evaluate), ("epoch", self.epoch)):
             if name in wanted:
                 self._compile(name, fn, boundary)
+        if "learn" in wanted:  # its input: the state after a rollout (same shapes)
+            self._compile("learn", self.learn, boundary)
         if "epochs" in wanted:
             self._compile("epochs", self.epochs, boundary, jax.ShapeDtypeStruct((), jnp.int32))
         return state
@@ -292,7 +312,7 @@ class Engine:
         return compiled
 
     def compiled(self, name: str) -> bool:
-        """Whether `warm_up` has compiled `name` (a phase, "epoch" or "epochs")."""
+        """Whether `warm_up` has compiled `name` (a phase, "epoch", "epochs" or "learn")."""
         return name in self._compiled
 
     @property

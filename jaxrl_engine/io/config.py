@@ -63,6 +63,11 @@ class EnvConfig(Strict):
     vectorization: Literal["sync", "async"] = Field(
         "sync", description="gymnasium: one process (sync) or a subprocess per env (async)"
     )
+    overlap: bool | None = Field(
+        None,
+        description="an actor thread collects the next rollout while the learner trains "
+        "(policy lag 1; on-policy algorithms); null: on for host suites (gymnasium), off for gymnax",
+    )
 
     @model_validator(mode="after")
     def _known_id(self) -> EnvConfig:

@@ -31,6 +31,7 @@ from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
+from jaxrl_engine.run.overlap import overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
@@ -78,9 +79,15 @@ class Driver:
     """
 
     def __init__(
-        self, cfg: Config, host_hooks: Sequence[HostHook] = (), resume_from: int | None = None
+        self,
+        cfg: Config,
+        host_hooks: Sequence[HostHook] = (),
+        resume_from: int | None = None,
+        overlap: bool = False,
     ):
         self.cfg, self.host_hooks = cfg, list(host_hooks)
+        # Acting and learning overlapped (`run.overlap`): for envs stepped on the host.
+        self.overlap = overlap
         # The checkpoint epoch a resume was asked to continue from (`--from-checkpoint`): the
         # run directory's later checkpoints are then set aside instead of refusing the state.
         self.resume_from = resume_from
@@ -127,7 +134,13 @@ class Driver:
             for hook in hooks:
                 hook.start(run)
                 started.append(hook)
-            needed = [*EPOCH_PHASES, "evaluate"] if cfg.profile else ["epochs", "evaluate"]
+            needed = (
+                [*EPOCH_PHASES, "evaluate"]
+                if cfg.profile
+                else ["rollout", "learn", "evaluate"]
+                if self.overlap
+                else ["epochs", "evaluate"]
+            )
             missing = [name for name in needed if not engine.compiled(name)]
             if missing:
                 state = engine.warm_up(state, phases=missing)
@@ -214,11 +227,14 @@ class Driver:
             n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
             began = time.perf_counter()
             with _host_errors(engine):
-                state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
-            ran = int(ran)
-            engine.timer.record("epoch", time.perf_counter() - began, count=ran)
-            table = jax.device_get(table)
-            rows = [{k: v[i] for k, v in table.items()} for i in range(ran)]
+                if self.overlap:
+                    state, rows = overlapped_epochs(engine, state, n)
+                    jax.block_until_ready(state)
+                else:
+                    state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
+                    table = jax.device_get(table)
+                    rows = [{k: v[i] for k, v in table.items()} for i in range(int(ran))]
+            engine.timer.record("epoch", time.perf_counter() - began, count=len(rows))
         done = start_epoch + len(rows)
         if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
             with _host_errors(engine):
