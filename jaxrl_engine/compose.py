@@ -63,14 +63,18 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
 
 
 def make_configured_env(cfg: Config) -> Env:
-    """The env of `cfg.env`: a gymnax env, or gymnasium's as a batched host env (its
-    training and evaluation env sets; see `envs/gymnasium_env.py`)."""
+    """The env of `cfg.env`: a gymnax env, or gymnasium's or EnvPool's as a batched host env
+    (its training and evaluation env sets; see `envs/gymnasium_env.py`, `envs/envpool_env.py`)."""
     if cfg.env.suite == "gymnasium":
         from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
         return GymnasiumEnv(
             cfg.env.id, cfg.env.num_envs, cfg.eval.num_envs, cfg.env.params, cfg.env.vectorization
         )
+    if cfg.env.suite == "envpool":
+        from jaxrl_engine.envs.envpool_env import EnvPoolEnv
+
+        return EnvPoolEnv(cfg.env.id, cfg.env.num_envs, cfg.eval.num_envs, cfg.env.params)
     return make_env(cfg.env.id, cfg.env.params)
 
 

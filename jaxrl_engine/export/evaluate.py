@@ -42,6 +42,11 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
             cfg.env.id, 1, episodes, cfg.env.params, vectorization=cfg.env.vectorization
         )
         env_params = env.params.replace(**cfg.eval.env_params)
+    elif cfg.env.suite == "envpool":
+        from jaxrl_engine.envs.envpool_env import EnvPoolEnv
+
+        env = EnvPoolEnv(cfg.env.id, 1, episodes, cfg.env.params)
+        env_params = env.params.replace(**cfg.eval.env_params)
     else:
         env = GymnaxEnv(cfg.env.id, cfg.env.params)
         env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)

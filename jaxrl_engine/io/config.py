@@ -49,10 +49,11 @@ class ConfigError(ValueError):
 
 
 class EnvConfig(Strict):
-    suite: Literal["gymnax", "gymnasium"] = Field(
+    suite: Literal["gymnax", "gymnasium", "envpool"] = Field(
         "gymnax",
         description="gymnax: JAX envs, stepped inside the compiled rollout; gymnasium: any "
-        "registered gymnasium id (MuJoCo with the `mujoco` extra), stepped on the host",
+        "registered gymnasium id (MuJoCo with the `mujoco` extra), stepped on the host; "
+        "envpool: an EnvPool id (C++ vectorised envs, the `envpool` extra), stepped on the host",
     )
     id: str = Field("CartPole-v1", description="environment id of the suite")
     num_envs: int = Field(16, gt=0, description="parallel envs in rollout (sharded over `data`)")
@@ -66,11 +67,26 @@ class EnvConfig(Strict):
     overlap: bool | None = Field(
         None,
         description="an actor thread collects the next rollout while the learner trains "
-        "(policy lag 1; on-policy algorithms); null: on for host suites (gymnasium), off for gymnax",
+        "(policy lag 1; on-policy algorithms); null: on for host suites (gymnasium, envpool), off "
+        "for gymnax",
     )
 
     @model_validator(mode="after")
     def _known_id(self) -> EnvConfig:
+        if self.suite == "envpool":
+            from jaxrl_engine.envs.envpool_env import envpool_ids
+
+            try:
+                ids = envpool_ids()
+            except ImportError as e:  # not installed: the message names the extra
+                raise ValueError(str(e)) from None
+            if self.id not in ids:
+                close = [e for e in ids if self.id.split("-")[0] in e][:8]
+                raise ValueError(
+                    f"env.id={self.id!r} is not an EnvPool id (envpool.list_all_envs())"
+                    + (f"; similar: {', '.join(close)}" if close else "")
+                )
+            return self
         if self.suite == "gymnasium":
             import gymnasium
 
@@ -227,6 +243,10 @@ class Config(Strict):
             from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
             spec = GymnasiumEnv(self.env.id, 1, 1, self.env.params).spec(None)
+        elif self.env.suite == "envpool":
+            from jaxrl_engine.envs.envpool_env import EnvPoolEnv
+
+            spec = EnvPoolEnv(self.env.id, 1, 1, self.env.params).spec(None)
         else:
             from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 
