@@ -1,0 +1,184 @@
+"""Host envs (issue 12): env steps/s of PPO training on envs stepped on the host.
+
+Rows, each PPO with configs/ppo_gym_cartpole.yaml's hyperparameters (16 envs x 128 steps, 4 x 4
+minibatches, 64x64 tanh), timed over `--epochs` epochs of `engine.run` (evaluation only at the
+end; compile excluded: the run's `train_s`), alternating rows `--repeats` times in this one
+process, median reported:
+
+  gymnasium CartPole-v1, overlap off / on
+  envpool CartPole-v1, overlap off / on          (when envpool is installed)
+  gymnasium slowed CartPole, overlap off / on    (each env step busy-waits `--slow-us` us, so
+                                                  env time and learner time are comparable)
+  gymnasium InvertedPendulum-v5, overlap off / on (when mujoco is installed)
+
+and, per env, the limit: the vector env's own stepping rate under uniformly random actions
+(no network, no learning). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
+NOT a dependency of this package) Stable-Baselines3 PPO with matched hyperparameters trains
+CartPole-v1 (16 DummyVecEnv envs) for the same env steps in that interpreter: its steps/s.
+
+    .venv/bin/python benchmarks/host_envs.py [--epochs 30] [--repeats 3] [--sb3-python PY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import gymnasium
+import jax
+from gymnasium.envs.classic_control import CartPoleEnv
+
+import jaxrl_engine as jre
+from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv, steps_per_second_of_random_policy
+
+PPO = [
+    "env.num_envs=16",
+    "algo.num_steps=128",
+    "algo.update_epochs=4",
+    "algo.num_minibatches=4",
+    "algo.lr=5e-4",
+    "algo.hidden_sizes=[64,64]",
+    "progress=false",
+    "loggers=[jsonl]",
+    "save_interval=0",
+]
+
+
+class SlowCartPole(CartPoleEnv):
+    """CartPole whose step busy-waits `slow_us` microseconds (a simulator's compute)."""
+
+    def __init__(self, slow_us: float = 0.0):
+        super().__init__()
+        self.slow_s = slow_us * 1e-6
+
+    def step(self, action):
+        until = time.perf_counter() + self.slow_s
+        while time.perf_counter() < until:
+            pass
+        return super().step(action)
+
+
+gymnasium.register("SlowCartPole-v1", entry_point=SlowCartPole, max_episode_steps=500)
+
+
+def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float, float]:
+    """(env steps/s of training, compile seconds) of one `engine.run` of `epochs` epochs."""
+    steps = epochs * 16 * 128
+    cfg = jre.load_config(
+        None,
+        [
+            *PPO,
+            f"total_env_steps={steps}",
+            f"eval.interval={epochs}",
+            f"run_dir={run_dir}",
+            *overrides,
+        ],
+    )
+    engine = jre.build(cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    engine.env.close()
+    return summary["steps_per_second"], summary["compile_s"]
+
+
+def sb3_rate(python: str, steps: int) -> float:
+    script = f"""
+import time, torch, gymnasium
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+torch.set_num_threads(2)
+env = make_vec_env("CartPole-v1", n_envs=16, seed=0)
+model = PPO("MlpPolicy", env, n_steps=128, batch_size=512, n_epochs=4, learning_rate=5e-4,
+            gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5,
+            max_grad_norm=0.5, policy_kwargs=dict(net_arch=[64, 64], activation_fn=torch.nn.Tanh),
+            device="cpu", seed=0, verbose=0)
+model.learn(16 * 128)  # warm-up
+start = time.perf_counter()
+model.learn({steps}, reset_num_timesteps=False)
+print({steps} / (time.perf_counter() - start))
+"""
+    out = subprocess.run([python, "-c", script], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--slow-us", type=float, default=40.0)
+    parser.add_argument("--sb3-python", help="a Python with stable-baselines3 and torch")
+    args = parser.parse_args()
+
+    envs = {
+        "gymnasium CartPole-v1": ["env.suite=gymnasium", "env.id=CartPole-v1"],
+        f"gymnasium CartPole-v1 slowed {args.slow_us:g} us/step": [
+            "env.suite=gymnasium",
+            "env.id=SlowCartPole-v1",
+            f"env.params={{slow_us: {args.slow_us}}}",
+        ],
+    }
+    if importlib.util.find_spec("envpool") is not None:
+        envs["envpool CartPole-v1"] = ["env.suite=envpool", "env.id=CartPole-v1"]
+    if importlib.util.find_spec("mujoco") is not None:
+        envs["gymnasium InvertedPendulum-v5"] = [
+            "env.suite=gymnasium",
+            "env.id=InvertedPendulum-v5",
+        ]
+    rows = {(name, overlap): [] for name in envs for overlap in (False, True)}
+    with tempfile.TemporaryDirectory() as run_dir:
+        for repeat in range(args.repeats):
+            for (name, overlap), rates in rows.items():
+                rate, _compile_s = engine_rate(
+                    [*envs[name], f"env.overlap={str(overlap).lower()}", f"name=r{repeat}"],
+                    args.epochs,
+                    run_dir,
+                )
+                rates.append(rate)
+                print(f"  {name}, overlap {overlap}: {rate:,.0f} steps/s", file=sys.stderr)
+    limits = {}
+    for name, overrides in envs.items():
+        cfg = jre.load_config(None, [*PPO, *overrides])
+        if cfg.env.suite == "envpool":
+            from jaxrl_engine.envs import envpool_env
+
+            env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 1, cfg.env.params)
+            limits[name] = envpool_env.steps_per_second_of_random_policy(env, 20000)
+        else:
+            env = GymnasiumEnv(cfg.env.id, 16, 1, cfg.env.params)
+            limits[name] = steps_per_second_of_random_policy(env, 20000)
+        env.close()
+    result = {
+        "machine": f"{jax.devices()[0].platform}, {jax.device_count()} device(s)",
+        "epochs": args.epochs,
+        "repeats": args.repeats,
+        "rows": {
+            f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
+            for (name, overlap), rates in rows.items()
+        },
+        "random_policy_limit": limits,
+    }
+    if args.sb3_python:
+        result["sb3_ppo_cartpole"] = statistics.median(
+            sb3_rate(args.sb3_python, args.epochs * 16 * 128) for _ in range(args.repeats)
+        )
+    print("| row | env steps/s | of the env's limit |")
+    print("|---|---|---|")
+    for row, rate in result["rows"].items():
+        limit = limits[row.rsplit(", overlap", 1)[0]]
+        print(f"| {row} | {rate:,.0f} | {rate / limit:.2f} |")
+    for name, limit in limits.items():
+        print(f"| {name}: random policy, no learning (the limit) | {limit:,.0f} | 1.00 |")
+    if "sb3_ppo_cartpole" in result:
+        sb3 = result["sb3_ppo_cartpole"]
+        ours = result["rows"]["gymnasium CartPole-v1, overlap on"]
+        print(f"| Stable-Baselines3 PPO, CartPole-v1 | {sb3:,.0f} | engine: {ours / sb3:.1f}x |")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
