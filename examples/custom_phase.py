@@ -77,13 +77,15 @@ state = engine.init(jax.random.key(cfg.seed))
 
 # %% [markdown]
 # ## Warm-up compiles it
-# `warm_up` lowers and compiles the phases along the data flow, the replaced one included, and
-# here also what the driver runs: the fused loop over epochs (our phase inside it) and the
-# evaluation. `engine.run` below finds them compiled, and so does the profiling run at the end
+# `warm_up` lowers and compiles the phases named (and those whose output they take, as rollout's
+# for update_dataset): our replaced one, the other per-phase calls, and what the driver runs: the
+# fused loop over epochs (our phase inside it) and the evaluation. `engine.run` below finds them compiled, and so does the profiling run at the end
 # (one compiled call per phase).
 
 # %%
-state = engine.warm_up(state, phases=["update_dataset", "epochs", "evaluate"])
+state = engine.warm_up(
+    state, phases=["update_dataset", "train", "sync_weights", "epochs", "evaluate"]
+)
 for name in ("rollout", "update_dataset", "train", "sync_weights", "epochs"):
     print(f"{name:<15} compiled in {engine.compile_report[name]['compile_s']:5.2f} s")
 

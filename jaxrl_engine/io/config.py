@@ -16,6 +16,7 @@ import functools
 import math
 import operator
 import os
+import re
 import reprlib
 import unicodedata
 from pathlib import Path
@@ -46,6 +47,15 @@ class ConfigError(ValueError):
             rest = len(message) - MAX_MESSAGE_CHARS
             message = f"{message[:MAX_MESSAGE_CHARS]}... ({rest} more characters)"
         super().__init__(message)
+
+
+_FIELD_TAG = "\x00field:"
+
+
+def field_error(field: str, message: str) -> ValueError:
+    """The error a model validator raises for one of its fields: the message then names
+    `<section>.<field>` as the config key at fault (pydantic would name only the section)."""
+    return ValueError(f"{_FIELD_TAG}{field}{_FIELD_TAG}{message}")
 
 
 class EnvConfig(Strict):
@@ -82,9 +92,10 @@ class EnvConfig(Strict):
                 raise ValueError(str(e)) from None
             if self.id not in ids:
                 close = [e for e in ids if self.id.split("-")[0] in e][:8]
-                raise ValueError(
-                    f"env.id={self.id!r} is not an EnvPool id (envpool.list_all_envs())"
-                    + (f"; similar: {', '.join(close)}" if close else "")
+                raise field_error(
+                    "id",
+                    f"{self.id!r} is not an EnvPool id (envpool.list_all_envs())"
+                    + (f"; similar: {', '.join(close)}" if close else ""),
                 )
             return self
         if self.suite == "gymnasium":
@@ -92,20 +103,22 @@ class EnvConfig(Strict):
 
             if self.id not in gymnasium.registry:
                 close = [e for e in gymnasium.registry if self.id.split("-")[0] in e][:8]
-                raise ValueError(
-                    f"env.id={self.id!r} is not a registered gymnasium id"
-                    + (f"; similar: {', '.join(close)}" if close else "")
+                raise field_error(
+                    "id",
+                    f"{self.id!r} is not a registered gymnasium id"
+                    + (f"; similar: {', '.join(close)}" if close else ""),
                 )
             return self
         from jaxrl_engine.envs.gymnax_env import available_env_ids
 
         if self.id not in available_env_ids():
-            raise ValueError(
+            raise field_error(
+                "id",
                 f"unknown env id {self.id!r}; valid choices: {', '.join(available_env_ids())} "
-                "(or env.suite=gymnasium for gymnasium ids)"
+                "(or env.suite=gymnasium for gymnasium ids)",
             )
         if any(isinstance(v, str) for v in self.params.values()):
-            raise ValueError("env.params of a gymnax env are numbers or booleans")
+            raise field_error("params", "the params of a gymnax env are numbers or booleans")
         return self
 
 
@@ -335,8 +348,14 @@ def _format(error: ValidationError) -> str:
             lines.append(f"unknown config key '{key}'; valid keys here: {', '.join(valid)}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
+            got = e.get("input")
+            if msg.startswith(_FIELD_TAG):  # a model validator naming the field at fault
+                field, msg = msg[len(_FIELD_TAG) :].split(_FIELD_TAG, 1)
+                key = f"{key}.{field}" if loc else field
+                got = got.get(field) if isinstance(got, dict) else got
+                loc = (*loc, field)
             if loc:
-                lines.append(f"config key '{key}': {msg} (got {_short(e.get('input'))})")
+                lines.append(f"config key '{key}': {msg} (got {_short(got)})")
             else:
                 lines.append(msg)
     if len(errors) > MAX_ERRORS:
@@ -362,13 +381,28 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return memo[id(node)]
 
 
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that also reads exponent floats without a dot (`1e-3`, `-1e39`) as floats,
+    as YAML 1.2 does; PyYAML's YAML 1.1 rules read them as strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def _load_yaml(text: str, what: str) -> Any:
     """`text` parsed as (safe) YAML; ConfigError naming `what` when it is larger than
     `MAX_CONFIG_BYTES`, nested too deeply, or expands to more than `MAX_YAML_NODES` values
     (an alias bomb); yaml.YAMLError when it is not YAML."""
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{what} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
