@@ -12,7 +12,8 @@ process, median reported:
   gymnasium InvertedPendulum-v5, overlap off / on (when mujoco is installed)
 
 and, per env, the limit: the vector env's own stepping rate under uniformly random actions
-(no network, no learning). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
+(no network, no learning), and what `offload: true` costs per env-set switch (the idle set
+closed, the other made and reset; twice per evaluation). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
 NOT a dependency of this package) Stable-Baselines3 PPO with matched hyperparameters trains
 CartPole-v1 (16 DummyVecEnv envs) for the same env steps in that interpreter: its steps/s.
 
@@ -106,6 +107,23 @@ print({steps} / (time.perf_counter() - start))
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def offload_switch_seconds(env: GymnasiumEnv, switches: int = 20) -> float:
+    """Median seconds of one env-set switch under `offload: true`: the idle set closed, the
+    other made again and reset (what each evaluation costs twice: eval set in, training set
+    back)."""
+    import numpy as np
+
+    env.offload = True
+    train, evaluation = env.params, env.eval_set({})
+    times = []
+    for i in range(switches):
+        params = evaluation if i % 2 == 0 else train
+        start = time.perf_counter()
+        env._host_reset(params, np.array([i], np.uint32))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30)
@@ -140,17 +158,18 @@ def main() -> None:
                 )
                 rates.append(rate)
                 print(f"  {name}, overlap {overlap}: {rate:,.0f} steps/s", file=sys.stderr)
-    limits = {}
+    limits, switch_s = {}, {}
     for name, overrides in envs.items():
         cfg = jre.load_config(None, [*PPO, *overrides])
         if cfg.env.suite == "envpool":
             from jaxrl_engine.envs import envpool_env
 
-            env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 1, cfg.env.params)
+            env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 16, cfg.env.params)
             limits[name] = envpool_env.steps_per_second_of_random_policy(env, 20000)
         else:
-            env = GymnasiumEnv(cfg.env.id, 16, 1, cfg.env.params)
+            env = GymnasiumEnv(cfg.env.id, 16, 16, cfg.env.params)
             limits[name] = steps_per_second_of_random_policy(env, 20000)
+        switch_s[name] = offload_switch_seconds(env)
         env.close()
     result = {
         "machine": f"{jax.devices()[0].platform}, {jax.device_count()} device(s)",
@@ -161,6 +180,7 @@ def main() -> None:
             for (name, overlap), rates in rows.items()
         },
         "random_policy_limit": limits,
+        "offload_switch_s": switch_s,
     }
     if args.sb3_python:
         result["sb3_ppo_cartpole"] = statistics.median(
@@ -177,6 +197,10 @@ def main() -> None:
         sb3 = result["sb3_ppo_cartpole"]
         ours = result["rows"]["gymnasium CartPole-v1, overlap on"]
         print(f"| Stable-Baselines3 PPO, CartPole-v1 | {sb3:,.0f} | engine: {ours / sb3:.1f}x |")
+    print("\n| env (16 envs per set) | offload: one env-set switch (close, make, reset) |")
+    print("|---|---|")
+    for name, seconds in switch_s.items():
+        print(f"| {name} | {seconds * 1e3:.1f} ms |")
     print(json.dumps(result))
 
 

@@ -62,19 +62,35 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
     return algorithm
 
 
-def make_configured_env(cfg: Config) -> Env:
+def make_configured_env(
+    cfg: Config, num_envs: int | None = None, eval_envs: int | None = None
+) -> Env:
     """The env of `cfg.env`: a gymnax env, or gymnasium's or EnvPool's as a batched host env
-    (its training and evaluation env sets; see `envs/gymnasium_env.py`, `envs/envpool_env.py`)."""
+    (its training and evaluation env sets, `eval.env_id` and `offload` included; see
+    `envs/gymnasium_env.py`; num_envs, eval_envs: the sets' sizes, default the config's)."""
     if cfg.env.suite == "gymnasium":
         from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
         return GymnasiumEnv(
-            cfg.env.id, cfg.env.num_envs, cfg.eval.num_envs, cfg.env.params, cfg.env.vectorization
+            cfg.env.id,
+            cfg.env.num_envs if num_envs is None else num_envs,
+            cfg.eval.num_envs if eval_envs is None else eval_envs,
+            cfg.env.params,
+            cfg.env.vectorization,
+            eval_id=cfg.eval.env_id,
+            offload=cfg.offload,
         )
     if cfg.env.suite == "envpool":
         from jaxrl_engine.envs.envpool_env import EnvPoolEnv
 
-        return EnvPoolEnv(cfg.env.id, cfg.env.num_envs, cfg.eval.num_envs, cfg.env.params)
+        return EnvPoolEnv(
+            cfg.env.id,
+            cfg.env.num_envs if num_envs is None else num_envs,
+            cfg.eval.num_envs if eval_envs is None else eval_envs,
+            cfg.env.params,
+            eval_id=cfg.eval.env_id,
+            offload=cfg.offload,
+        )
     return make_env(cfg.env.id, cfg.env.params)
 
 
@@ -101,7 +117,12 @@ def build(
         enable_compile_cache(cfg.compile_cache_dir)
     env = env if env is not None else make_configured_env(cfg)
     host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
-    eval_params = env.params.replace(**cfg.eval.env_params) if cfg.eval.env_params or host else None
+    if host and hasattr(env, "eval_set"):  # its evaluation env set (`eval.env_id`)
+        eval_params = env.eval_set(cfg.eval.env_params)
+    elif cfg.eval.env_params or host:
+        eval_params = env.params.replace(**cfg.eval.env_params)
+    else:
+        eval_params = None
     mesh = mesh if mesh is not None else data_mesh()
     if host and mesh.size > 1:
         raise ConfigError(
@@ -136,7 +157,10 @@ def build(
         mesh=mesh,
         phases=phases,
         hooks=hooks,
-        offload=cfg.offload,
+        # With a host env, `offload` closes the idle env set (the env's own `offload`); the
+        # params' memory-kind moves are left out: jax 0.10.2 cannot compile a jit holding both
+        # an ordered io_callback and a device_put to another memory kind (architecture notes).
+        offload=cfg.offload and not host,
         nan_guard=cfg.nan_guard,
         driver=Driver(cfg, host_hooks, overlap=overlap),
     )

@@ -66,32 +66,41 @@ class EnvPoolEnv(GymnasiumEnv):
         num_envs: int,
         eval_envs: int,
         kwargs: dict[str, Any] | None = None,
+        *,
+        eval_id: str | None = None,
+        offload: bool = False,
     ):
-        if env_id not in envpool_ids():
-            raise ValueError(f"env.id={env_id!r} is not an EnvPool id (envpool.list_all_envs())")
         self.env_id = env_id  # (no `vectorization`: the pool is EnvPool's own)
         self.sizes = {"train": num_envs, "eval": eval_envs}
         self.params = HostEnvParams("train", tuple(sorted((kwargs or {}).items())))
-        probe = self._make(self.params, 1, seed=0)
+        self.obs_shape, self.obs_dtype, self.action, self.max_episode_steps = self._probe(
+            env_id, self.params, "env.id"
+        )
+        self._host_init(eval_id, offload)
+
+    def _probe(self, env_id: str, params: HostEnvParams, key: str) -> tuple[Any, ...]:
+        if env_id not in envpool_ids():
+            raise ValueError(f"{key}={env_id!r} is not an EnvPool id (envpool.list_all_envs())")
+        probe = self._make(params, 1, seed=0, env_id=env_id)
         try:
-            self.obs_shape, self.obs_dtype, self.action = _space_spec(
-                env_id, probe.observation_space, probe.action_space
-            )
             limit = int(probe.config["max_episode_steps"])
             # EnvPool says "no limit" with int32's maximum (e.g. Blackjack-v1).
-            self.max_episode_steps = limit if 0 < limit < 2**31 - 1 else DEFAULT_MAX_STEPS
+            return (
+                *_space_spec(env_id, probe.observation_space, probe.action_space, key),
+                limit if 0 < limit < 2**31 - 1 else DEFAULT_MAX_STEPS,
+            )
         finally:
             probe.close()
-        self._vec: dict[HostEnvParams, Any] = {}
-        self._needs_reset: dict[HostEnvParams, bool] = {}
-        self.host_error: BaseException | None = None
 
-    def _make(self, params: HostEnvParams, num_envs: int, seed: int) -> Any:
+    def _make(
+        self, params: HostEnvParams, num_envs: int, seed: int, env_id: str | None = None
+    ) -> Any:
         import envpool
 
+        env_id = env_id or self.id_of(params)
         try:
             pool = envpool.make(
-                self.env_id,
+                env_id,
                 env_type="gymnasium",
                 num_envs=num_envs,
                 seed=seed,
@@ -99,7 +108,8 @@ class EnvPoolEnv(GymnasiumEnv):
             )
         except Exception as e:  # bad kwargs (a TypeError naming the key), a failed asset
             raise ValueError(
-                f"env.id={self.env_id} (suite envpool) cannot be made: {type(e).__name__}: "
+                f"{'env.id' if env_id == self.env_id else 'eval.env_id'}={env_id} (suite envpool) "
+                f"cannot be made: {type(e).__name__}: "
                 f"{(str(e).splitlines() or [''])[0][:300]}"
             ) from None
         # The pool builds its gymnasium spaces (cached) on first use; gymnasium warns there
@@ -112,7 +122,11 @@ class EnvPoolEnv(GymnasiumEnv):
     # ------------------------------------------------------------------------- host side
     def vector_env(self, params: HostEnvParams, seed: int = 0) -> Any:
         """The EnvPool pool of an env set (made on first use with `seed`)."""
+        if self.offload:
+            self._release_others(params)
         if params not in self._vec:
+            self.rebuilds += params in self._released
+            self._released.discard(params)
             self._vec[params] = self._make(params, self.sizes[params.role], seed)
             self._needs_reset[params] = True
         return self._vec[params]

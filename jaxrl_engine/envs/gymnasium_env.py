@@ -52,22 +52,26 @@ class HostEnvParams:
         return dataclasses.replace(self, role="eval", kwargs=tuple(sorted(merged.items())))
 
 
-def _space_spec(env_id: str, obs_space: Any, action_space: Any) -> tuple[Any, ...]:
+def _space_spec(
+    env_id: str, obs_space: Any, action_space: Any, key: str = "env.id"
+) -> tuple[Any, ...]:
+    """(obs shape, obs dtype, ActionSpec) of gymnasium spaces; ValueError naming the config
+    `key` (and its value `env_id`) for a space the engine does not take."""
     from gymnasium import spaces
 
     if not isinstance(obs_space, spaces.Box):
         raise ValueError(
-            f"env.id={env_id}: observation space {obs_space} is not supported (Box only: "
+            f"{key}={env_id}: observation space {obs_space} is not supported (Box only: "
             "arrays, images included)"
         )
     obs_dtype = np.float32 if np.issubdtype(obs_space.dtype, np.floating) else obs_space.dtype
     if isinstance(action_space, spaces.Discrete):
         if action_space.start != 0:
-            raise ValueError(f"env.id={env_id}: Discrete actions must start at 0 ({action_space})")
+            raise ValueError(f"{key}={env_id}: Discrete actions must start at 0 ({action_space})")
         action = ActionSpec(shape=(), dtype=jnp.int32, num_actions=int(action_space.n))
     elif isinstance(action_space, spaces.Box) and np.issubdtype(action_space.dtype, np.floating):
         if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-            raise ValueError(f"env.id={env_id}: action space {action_space} is unbounded")
+            raise ValueError(f"{key}={env_id}: action space {action_space} is unbounded")
         action = ActionSpec(
             shape=tuple(action_space.shape),
             dtype=jnp.float32,
@@ -76,10 +80,17 @@ def _space_spec(env_id: str, obs_space: Any, action_space: Any) -> tuple[Any, ..
         )
     else:
         raise ValueError(
-            f"env.id={env_id}: action space {action_space} is not supported (Discrete or a "
+            f"{key}={env_id}: action space {action_space} is not supported (Discrete or a "
             "float Box)"
         )
     return tuple(obs_space.shape), np.dtype(obs_dtype), action
+
+
+def _actions(action: ActionSpec) -> str:
+    if action.discrete:
+        return f"Discrete({action.num_actions})"
+    low, high = np.asarray(action.low, float), np.asarray(action.high, float)
+    return f"Box{action.shape} in [{low.min()}, {high.max()}]"
 
 
 class GymnasiumEnv:
@@ -96,32 +107,80 @@ class GymnasiumEnv:
         eval_envs: int,
         kwargs: dict[str, Any] | None = None,
         vectorization: Vectorization = "sync",
+        *,
+        eval_id: str | None = None,
+        offload: bool = False,
     ):
-        import gymnasium
-
         self.env_id, self.vectorization = env_id, vectorization
         self.sizes = {"train": num_envs, "eval": eval_envs}
         self.params = HostEnvParams("train", tuple(sorted((kwargs or {}).items())))
+        self.obs_shape, self.obs_dtype, self.action, self.max_episode_steps = self._probe(
+            env_id, self.params, "env.id"
+        )
+        self._host_init(eval_id, offload)
+
+    def _probe(self, env_id: str, params: HostEnvParams, key: str) -> tuple[Any, ...]:
+        """(obs shape, obs dtype, action spec, step limit) of one env made with `params`;
+        ValueError naming config `key` (env.id or eval.env_id) when it cannot be made."""
+        import gymnasium
+
         try:
-            probe = gymnasium.make(env_id, **dict(self.params.kwargs))
+            probe = gymnasium.make(env_id, **dict(params.kwargs))
         except Exception as e:  # not registered, a missing extra (mujoco), bad kwargs
             raise ValueError(
-                f"env.id={env_id} (suite gymnasium) cannot be made: {type(e).__name__}: "
+                f"{key}={env_id} (suite gymnasium) cannot be made: {type(e).__name__}: "
                 f"{(str(e).splitlines() or [''])[0][:300]}"
             ) from None
         try:
-            self.obs_shape, self.obs_dtype, self.action = _space_spec(
-                env_id, probe.observation_space, probe.action_space
-            )
             limit = probe.spec.max_episode_steps if probe.spec is not None else None
-            self.max_episode_steps = int(limit or DEFAULT_MAX_STEPS)
+            return (
+                *_space_spec(env_id, probe.observation_space, probe.action_space, key),
+                int(limit or DEFAULT_MAX_STEPS),
+            )
         finally:
             probe.close()
+
+    def _host_init(self, eval_id: str | None, offload: bool) -> None:
+        """The state every host env keeps: its open env sets, the evaluation env id (checked
+        to have the training env's spaces), offload, the host error."""
         self._vec: dict[HostEnvParams, Any] = {}
         self._needs_reset: dict[HostEnvParams, bool] = {}
         # The exception an env raised inside a callback: XLA reports it as a JaxRuntimeError
         # holding its traceback as text; the driver raises this original instead.
         self.host_error: BaseException | None = None
+        self.offload = offload
+        self.rebuilds = 0  # env sets made again after offload closed them
+        self._released: set[HostEnvParams] = set()
+        self.eval_id = eval_id if eval_id not in (None, self.env_id) else None
+        self.eval_max_episode_steps = self.max_episode_steps
+        if self.eval_id is not None:
+            *spaces, limit = self._probe(self.eval_id, HostEnvParams("eval"), "eval.env_id")
+            if tuple(spaces) != (self.obs_shape, self.obs_dtype, self.action):
+                raise ValueError(
+                    f"eval.env_id={self.eval_id} has other spaces than env.id={self.env_id} "
+                    f"(observations {spaces[0]} {spaces[1]}, actions {_actions(spaces[2])}; "
+                    f"training: {self.obs_shape} {self.obs_dtype}, {_actions(self.action)}): "
+                    "the policy cannot act in it"
+                )
+            self.eval_max_episode_steps = limit
+
+    def eval_set(self, overrides: dict[str, Any]) -> HostEnvParams:
+        """The evaluation env set's params: `eval.env_params` on top of the training kwargs,
+        or alone when `eval.env_id` names another env (whose make kwargs may differ)."""
+        if self.eval_id is not None:
+            return HostEnvParams("eval", tuple(sorted(overrides.items())))
+        return self.params.replace(**overrides)
+
+    def id_of(self, params: HostEnvParams) -> str:
+        return self.eval_id if params.role == "eval" and self.eval_id else self.env_id
+
+    def _release_others(self, params: HostEnvParams) -> None:
+        """With offload: close every env set but `params`'s (made again, with new episodes,
+        when next used), so that the training and evaluation sets never exist at once."""
+        for other in [p for p in self._vec if p != params]:
+            self._vec.pop(other).close()
+            self._needs_reset[other] = True
+            self._released.add(other)
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
         try:
@@ -131,23 +190,28 @@ class GymnasiumEnv:
             raise
 
     def spec(self, params: Any) -> EnvSpec:
+        evaluating = isinstance(params, HostEnvParams) and params.role == "eval"
         return EnvSpec(
-            env_id=self.env_id,
+            env_id=self.id_of(params) if evaluating else self.env_id,
             obs_shape=self.obs_shape,
             obs_dtype=self.obs_dtype,
             action=self.action,
-            max_episode_steps=self.max_episode_steps,
+            max_episode_steps=self.eval_max_episode_steps if evaluating else self.max_episode_steps,
         )
 
     # ------------------------------------------------------------------------- host side
     def vector_env(self, params: HostEnvParams) -> Any:
         """The gymnasium vector env of an env set (made on first use, SAME_STEP autoreset)."""
+        if self.offload:
+            self._release_others(params)
         if params not in self._vec:
             import gymnasium
             from gymnasium.vector import AutoresetMode
 
+            self.rebuilds += params in self._released
+            self._released.discard(params)
             self._vec[params] = gymnasium.make_vec(
-                self.env_id,
+                self.id_of(params),
                 num_envs=self.sizes[params.role],
                 vectorization_mode=self.vectorization,
                 vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},

@@ -35,18 +35,11 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     # `loggers` may name wandb, which evaluating does not need installed.
     cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
     env: Any
-    if cfg.env.suite == "gymnasium":  # a host env: one evaluation env per episode
-        from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+    if cfg.env.suite != "gymnax":  # a host env: one evaluation env per episode
+        from jaxrl_engine.compose import make_configured_env
 
-        env = GymnasiumEnv(
-            cfg.env.id, 1, episodes, cfg.env.params, vectorization=cfg.env.vectorization
-        )
-        env_params = env.params.replace(**cfg.eval.env_params)
-    elif cfg.env.suite == "envpool":
-        from jaxrl_engine.envs.envpool_env import EnvPoolEnv
-
-        env = EnvPoolEnv(cfg.env.id, 1, episodes, cfg.env.params)
-        env_params = env.params.replace(**cfg.eval.env_params)
+        env = make_configured_env(cfg, num_envs=1, eval_envs=episodes)
+        env_params = env.eval_set(cfg.eval.env_params)
     else:
         env = GymnaxEnv(cfg.env.id, cfg.env.params)
         env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)

@@ -129,6 +129,11 @@ class EvalConfig(Strict):
         default_factory=dict,
         description="env param overrides for evaluation only (an out-of-distribution test set)",
     )
+    env_id: str | None = Field(
+        None,
+        description="host suites: evaluate in this env id instead of env.id (same spaces; made "
+        "with eval.env_params alone); null: env.id",
+    )
 
 
 if TYPE_CHECKING:
@@ -252,14 +257,22 @@ class Config(Strict):
                 f"{epochs * per_epoch}: more than the engine's int32 counters hold ({INT32_MAX})"
             )
         self.algo.check(self.env.num_envs, self.total_env_steps)
+        if self.env.suite == "gymnax" and self.eval.env_id not in (None, self.env.id):
+            raise field_error(
+                "eval.env_id",
+                f"{self.eval.env_id!r}: a gymnax run evaluates in its own env (env.id="
+                f"{self.env.id}); eval.env_params changes its params for evaluation",
+            )
         if self.env.suite == "gymnasium":
             from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
-            spec = GymnasiumEnv(self.env.id, 1, 1, self.env.params).spec(None)
+            host = GymnasiumEnv(self.env.id, 1, 1, self.env.params, eval_id=self.eval.env_id)
+            spec = host.spec(None)
         elif self.env.suite == "envpool":
             from jaxrl_engine.envs.envpool_env import EnvPoolEnv
 
-            spec = EnvPoolEnv(self.env.id, 1, 1, self.env.params).spec(None)
+            host = EnvPoolEnv(self.env.id, 1, 1, self.env.params, eval_id=self.eval.env_id)
+            spec = host.spec(None)
         else:
             from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 
@@ -352,7 +365,8 @@ def _format(error: ValidationError) -> str:
             if msg.startswith(_FIELD_TAG):  # a model validator naming the field at fault
                 field, msg = msg[len(_FIELD_TAG) :].split(_FIELD_TAG, 1)
                 key = f"{key}.{field}" if loc else field
-                got = got.get(field) if isinstance(got, dict) else got
+                for part in field.split("."):
+                    got = got.get(part) if isinstance(got, dict) else got
                 loc = (*loc, field)
             if loc:
                 lines.append(f"config key '{key}': {msg} (got {_short(got)})")

@@ -17,6 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 import jaxrl_engine as jre
 from jaxrl_engine import cli
+from jaxrl_engine.compose import make_configured_env
 from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 from jaxrl_engine.io.checkpoint import Checkpointer
 from tests.conftest import SMALL
@@ -180,3 +181,95 @@ def test_an_env_that_raises_in_step_stops_the_run_with_that_error_and_keeps_the_
         assert int(state.counters.epoch) == last
     finally:
         checkpoints.close()
+
+
+class CountedCartPole(CartPoleEnv):
+    """CartPole that counts its open instances (made, not yet closed)."""
+
+    live = 0
+    most = 0
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        CountedCartPole.live += 1
+        CountedCartPole.most = max(CountedCartPole.most, CountedCartPole.live)
+
+    def close(self):
+        CountedCartPole.live -= 1
+        super().close()
+
+
+gymnasium.register("CountedCartPole-v0", entry_point=CountedCartPole, max_episode_steps=500)
+gymnasium.register("ShortCartPole-v0", entry_point=CartPoleEnv, max_episode_steps=5)
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_offload_closes_the_idle_env_set_and_rebuilds_it(offload, tmp_path):
+    """RLightning's env offload: with `offload: true` the training (4 envs) and evaluation
+    (6 envs) sets never exist at once; each evaluation closes the training set, and training
+    after it makes it again. Without offload both stay open for the whole run."""
+    CountedCartPole.live = CountedCartPole.most = 0
+    cfg = jre.load_config(
+        None,
+        [
+            *SMALL,
+            *GYM,
+            "env.id=CountedCartPole-v0",
+            "eval.num_envs=6",
+            f"offload={str(offload).lower()}",
+            f"run_dir={tmp_path}",
+            "loggers=[jsonl]",
+        ],
+    )
+    env = make_configured_env(cfg)
+    engine = jre.build(cfg, env=env)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    assert summary["status"] == "completed" and summary["epochs"] == 4
+    assert np.isfinite(summary["final_eval_return"])
+    # Evaluations after epochs 2 and 4: the training set is made again after the first, the
+    # evaluation set again for the second.
+    assert env.rebuilds == (2 if offload else 0)
+    assert CountedCartPole.most == (6 if offload else 4 + 6)
+    env.close()
+    assert CountedCartPole.live == 0
+
+
+def test_evaluation_runs_in_the_env_eval_env_id_names(tmp_path):
+    """`eval.env_id`: the evaluation env set is another env with the same spaces (here
+    CartPole cut at 5 steps, which an untrained policy always survives)."""
+    returns = {}
+    for eval_id in ("CartPole-v1", "ShortCartPole-v0"):
+        cfg = jre.load_config(
+            None,
+            [*SMALL, *GYM, f"eval.env_id={eval_id}", f"run_dir={tmp_path}", f"name={eval_id}"],
+        )
+        engine = jre.build(cfg)
+        _, metrics = engine.evaluate(engine.init(jax.random.key(0)))
+        returns[eval_id] = float(metrics["evaluate/episode_return"])
+        lengths = float(metrics["evaluate/episode_length"])
+        assert lengths == (5.0 if eval_id.startswith("Short") else returns[eval_id])
+    assert returns["ShortCartPole-v0"] == 5.0 < returns["CartPole-v1"]
+    # Made with eval.env_params alone (the training env's kwargs may not fit another env).
+    env = GymnasiumEnv("CartPole-v1", 2, 2, {"render_mode": None}, eval_id="ShortCartPole-v0")
+    assert env.eval_set({"sutton_barto_reward": True}).kwargs == (("sutton_barto_reward", True),)
+    same = GymnasiumEnv("CartPole-v1", 2, 2, {"render_mode": None})
+    assert dict(same.eval_set({"sutton_barto_reward": True}).kwargs) == {
+        "render_mode": None,
+        "sutton_barto_reward": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["eval.env_id=Pendulum-v1"], ["eval.env_id=Pendulum-v1 has other spaces", "Discrete(2)"]),
+        (["eval.env_id=Nope-v1"], ["eval.env_id=Nope-v1", "cannot be made"]),
+    ],
+)
+def test_an_eval_env_the_policy_cannot_act_in_exits_2(overrides, fragments, capsys, tmp_path):
+    status = cli.main(["train", *SMALL, *GYM, f"run_dir={tmp_path}", *overrides])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert not list(tmp_path.iterdir())  # refused before the run directory was made
