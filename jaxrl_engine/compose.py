@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 from jax.sharding import Mesh
 
 from jaxrl_engine.core.engine import Engine
@@ -123,6 +124,22 @@ def build(
         eval_params = env.params.replace(**cfg.eval.env_params)
     else:
         eval_params = None
+    actor = None
+    if cfg.env.actor_device is not None:
+        local = jax.local_devices()
+        if cfg.env.actor_device >= len(local) or len(local) < 2:
+            raise ConfigError(
+                f"config key 'env.actor_device': {cfg.env.actor_device} is not one of this "
+                f"process's {len(local)} device(s) other than the learner's (the actor needs a "
+                "device of its own; with one, leave env.actor_device null)"
+            )
+        actor = local[cfg.env.actor_device]
+        if mesh is None:  # the learner's data mesh: every other device
+            mesh = data_mesh([d for d in jax.devices() if d != actor])
+        elif actor in set(mesh.devices.flat):
+            raise ConfigError(
+                f"config key 'env.actor_device': device {actor} is also in the learner's mesh"
+            )
     mesh = mesh if mesh is not None else data_mesh()
     if host and mesh.size > 1:
         raise ConfigError(
@@ -139,11 +156,22 @@ def build(
             algorithm = make_algorithm(cfg, env.spec(env.params))
         except ValueError as e:  # the algorithm does not fit the env (e.g. DQN on Pendulum)
             raise ConfigError(str(e)) from None
-    overlap = cfg.env.overlap if cfg.env.overlap is not None else host and algorithm.on_policy
-    if overlap and not algorithm.on_policy:
+    overlap = (
+        cfg.env.overlap
+        if cfg.env.overlap is not None
+        else (host and algorithm.on_policy) or actor is not None
+    )
+    if overlap and cfg.offload and not host and (actor is not None or not algorithm.on_policy):
         raise ConfigError(
-            f"env.overlap=true runs on-policy algorithms only; algo.name={algorithm.name} keeps "
-            "a replay buffer that its learner updates while an actor would add to it"
+            "offload=true with env.overlap is supported for on-policy algorithms with the "
+            "actor on the learner's devices (env.actor_device null): the offload placement "
+            "moves state onto the learner's mesh"
+        )
+    if overlap and not algorithm.on_policy and "rollout" in {*(phases or {}), *(hooks or {})}:
+        raise ConfigError(
+            f"env.overlap=true with algo.name={algorithm.name} (off-policy) splits rollout into "
+            "the actor's collection and the learner's replay-buffer write, so a replaced or "
+            "hooked rollout phase would not run: set env.overlap=false"
         )
     return Engine(
         env,
@@ -162,7 +190,7 @@ def build(
         # an ordered io_callback and a device_put to another memory kind (architecture notes).
         offload=cfg.offload and not host,
         nan_guard=cfg.nan_guard,
-        driver=Driver(cfg, host_hooks, overlap=overlap),
+        driver=Driver(cfg, host_hooks, overlap=overlap, actor_device=actor),
     )
 
 

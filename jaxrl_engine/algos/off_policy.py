@@ -25,8 +25,8 @@ rollout -> add -> sample -> train, so train always waits for the rollout of its 
 device nothing of rollout runs side by side with train inside that computation. The actor-learner
 split (`jaxrl_engine.distributed.split.run_split`) runs acting and learning as two compiled
 functions on two devices with one epoch of staleness, so that neither waits for the other's
-current call; `benchmarks/offpolicy_split.py` measures what that gains (on a CPU the two "devices"
-share the same cores; see benchmarks/RESULTS.md).
+current call (in `engine.run`: `env.actor_device`); `benchmarks/offpolicy_split.py` measures what
+that gains (on a CPU the two "devices" share the same cores; see benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

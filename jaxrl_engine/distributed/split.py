@@ -15,8 +15,9 @@ data one epoch old and the actor acts with params that have not seen its last tr
 With `actor == learner` the same schedule runs on one device, one call after the other (same
 results: the overlap changes when things run, not what they compute).
 
-Python API only (`run_split`); the driver's checkpoints, evaluation and logging are not wired to
-it. Off-policy algorithms only: PPO's update needs the rollout of its own epoch.
+`run_split` is the Python API over a given number of epochs; in `engine.run` and the CLI the
+same halves (`split_functions`) run inside `run/overlap.py` (`env.overlap`, `env.actor_device`)
+with the driver's checkpoints, evaluation and logging. Off-policy algorithms only here.
 """
 
 from __future__ import annotations

@@ -76,13 +76,24 @@ class EnvConfig(Strict):
     )
     overlap: bool | None = Field(
         None,
-        description="an actor thread collects the next rollout while the learner trains "
-        "(policy lag 1; on-policy algorithms); null: on for host suites (gymnasium, envpool), off "
-        "for gymnax",
+        description="an actor thread collects the next rollout while the learner trains on the "
+        "last one (policy lag 1); null: on for host suites with on-policy algorithms, or with "
+        "env.actor_device; else off",
+    )
+    actor_device: int | None = Field(
+        None,
+        ge=0,
+        description="overlap: the actor runs on this local device (jax.local_devices() index) "
+        "and the learner's data mesh takes the others; null: both on the learner's devices",
     )
 
     @model_validator(mode="after")
     def _known_id(self) -> EnvConfig:
+        if self.actor_device is not None and self.overlap is False:
+            raise field_error(
+                "actor_device",
+                f"{self.actor_device} places the actor of env.overlap, which is false",
+            )
         if self.suite == "envpool":
             from jaxrl_engine.envs.envpool_env import envpool_ids
 

@@ -31,7 +31,7 @@ from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
-from jaxrl_engine.run.overlap import overlapped_epochs
+from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
@@ -84,10 +84,12 @@ class Driver:
         host_hooks: Sequence[HostHook] = (),
         resume_from: int | None = None,
         overlap: bool = False,
+        actor_device: jax.Device | None = None,
     ):
         self.cfg, self.host_hooks = cfg, list(host_hooks)
-        # Acting and learning overlapped (`run.overlap`): for envs stepped on the host.
-        self.overlap = overlap
+        # Acting and learning overlapped (`run/overlap.py`), the actor on `actor_device` (None:
+        # the learner's devices).
+        self.overlap, self.actor_device = overlap, actor_device
         # The checkpoint epoch a resume was asked to continue from (`--from-checkpoint`): the
         # run directory's later checkpoints are then set aside instead of refusing the state.
         self.resume_from = resume_from
@@ -137,7 +139,7 @@ class Driver:
             needed = (
                 [*EPOCH_PHASES, "evaluate"]
                 if cfg.profile
-                else ["rollout", "learn", "evaluate"]
+                else overlap_phases(engine, self.actor_device)
                 if self.overlap
                 else ["epochs", "evaluate"]
             )
@@ -228,7 +230,7 @@ class Driver:
             began = time.perf_counter()
             with _host_errors(engine):
                 if self.overlap:
-                    state, rows = overlapped_epochs(engine, state, n)
+                    state, rows = overlapped_epochs(engine, state, n, self.actor_device)
                     jax.block_until_ready(state)
                 else:
                     state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))

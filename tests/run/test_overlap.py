@@ -88,16 +88,119 @@ def test_an_error_in_the_actor_thread_stops_the_run_and_keeps_the_checkpoint(tmp
         checkpoints.close()
 
 
-def test_overlap_refuses_off_policy_algorithms(tmp_path):
-    cfg = jre.load_config(
-        None,
-        [
-            "algo.name=dqn",
-            "env.overlap=true",
-            "total_env_steps=2048",
-            "algo.learning_starts=64",
-            f"run_dir={tmp_path}",
-        ],
-    )
-    with pytest.raises(jre.ConfigError, match="on-policy algorithms only"):
-        jre.build(cfg)
+DQN = ["algo.name=dqn", "algo.learning_starts=64", "algo.buffer_size=512"]
+PPO_SMALL = ["algo.num_minibatches=2", "algo.update_epochs=2", "algo.hidden_sizes=[16,16]"]
+
+
+@pytest.mark.parametrize("algo", [PPO_SMALL, DQN], ids=["ppo", "dqn"])
+def test_an_overlapped_gymnax_run_resumes_exactly(algo, tmp_path):
+    """The schedule drains at each chunk's end, so training 4 epochs equals training 2,
+    stopping, and resuming for 2 more, bitwise (a JAX env's state is in the checkpoint)."""
+    base = [
+        "env.num_envs=4",
+        "eval.num_envs=4",
+        "eval.interval=2",
+        "algo.num_steps=16",
+        "progress=false",
+        "save_interval=2",
+        *OVERLAP,
+        *algo,
+        f"run_dir={tmp_path}",
+    ]
+    straight = jre.build(jre.load_config(None, [*base, "total_env_steps=256", "name=a"]))
+    want, summary = straight.run(straight.init(jax.random.key(2)))
+    assert summary["epochs"] == 4
+    lags = [r["rollout/policy_lag"] for r in summary["records"]]
+    assert lags == [0, 1, 0, 1]  # one lag per chunk start, then one version behind
+
+    half = jre.build(jre.load_config(None, [*base, "total_env_steps=256", "name=b"]))
+    half.run(half.init(jax.random.key(2)), num_epochs=2)  # (same schedules: lr, epsilon)
+    engine, state = jre.resume(tmp_path / "b")
+    got, summary = engine.run(state)
+    assert summary["epochs"] == 4 and int(got.counters.epoch) == 4
+    leaves_equal(got, want)
+
+
+def test_off_policy_overlap_with_a_hooked_rollout_is_refused(tmp_path):
+    cfg = jre.load_config(None, ["total_env_steps=2048", *DQN, *OVERLAP, f"run_dir={tmp_path}"])
+    with pytest.raises(jre.ConfigError, match="hooked rollout phase would not run"):
+        jre.build(cfg, hooks={"rollout": [lambda phase: phase]})
+
+
+TWO_DEVICES = """
+import json, jax, numpy as np
+import jaxrl_engine as jre
+from jaxrl_engine.core.sharding import data_mesh
+from jaxrl_engine.run.overlap import Pipeline
+base = ["env.num_envs=6", "eval.num_envs=6", "eval.interval=2", "algo.num_steps=16",
+        "total_env_steps=384", "progress=false", "loggers=[jsonl]", "save_interval=2"]
+algos = {"ppo": ["algo.hidden_sizes=[16,16]"],
+         "dqn": ["algo.name=dqn", "algo.learning_starts=96", "algo.buffer_size=576"]}
+d = jax.devices()
+out = {}
+def plain(s):
+    return [np.asarray(x) for x in jax.tree.leaves(s.replace(rng=jax.random.key_data(s.rng)))]
+for name, algo in algos.items():
+    cfg = lambda *extra: jre.load_config(None, [*base, *algo, *extra])
+    # By default the learner's data mesh takes every device but the actor's.
+    default_mesh = jre.build(cfg("env.actor_device=3")).mesh
+    # The actor on device 3, the learner on device 0.
+    split = jre.build(cfg("env.actor_device=3", "run_dir=" + __import__("sys").argv[1],
+                          "name=" + name), mesh=data_mesh(d[:1]))
+    pipeline = Pipeline(split, d[3])
+    pipeline.start(split.init(jax.random.key(5)), 1)
+    (data, env, stats, _), _, _ = pipeline.next()
+    pipeline.stop()
+    actor_devices = sorted({str(x.device) for x in jax.tree.leaves((data, env))})
+    got, summary = split.run(split.init(jax.random.key(5)))
+    # The same schedule with actor and learner on the learner's mesh.
+    same = jre.build(cfg("env.overlap=true", "run_dir=" + __import__("sys").argv[1],
+                         "name=" + name + "1"), mesh=data_mesh(d[:1]))
+    want, _ = same.run(same.init(jax.random.key(5)))
+    out[name] = {
+        "equal": all(np.array_equal(a, b) for a, b in zip(plain(got), plain(want), strict=True)),
+        "mesh": sorted(str(x) for x in default_mesh.devices.flat),
+        "learner": sorted({str(x.device) for x in jax.tree.leaves(got.train)}
+                          | {str(s) for x in jax.tree.leaves(got.train)
+                             for s in x.sharding.device_set}),
+        "actor": actor_devices,
+        "status": summary["status"], "epochs": summary["epochs"],
+        "checkpoint": summary["checkpoint"],
+        "lags": [r["rollout/policy_lag"] for r in summary["records"]],
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.multidevice
+def test_the_actor_runs_on_its_own_device_with_the_same_results(tmp_path):
+    """`env.actor_device`: the actor's rollouts live on that device, the learner's state on
+    another, and the run (checkpoints, evaluation, policy lag) equals the same schedule on the
+    learner's device alone, bitwise; by default the learner's mesh is every other device."""
+    from tests.conftest import run_on_four_devices
+
+    out = run_on_four_devices(TWO_DEVICES, str(tmp_path))
+    for name in ("ppo", "dqn"):
+        got = out[name]
+        assert got["equal"], name
+        assert got["mesh"] == ["cpu:0", "cpu:1", "cpu:2"], got
+        assert got["actor"] == ["cpu:3"], got
+        assert got["learner"] == ["cpu:0"], got
+        assert got["status"] == "completed" and got["epochs"] == 4
+        assert got["checkpoint"].endswith("epoch_4") and got["lags"] == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["env.actor_device=1"], "not one of this process's 1 device(s)"),
+        (["env.actor_device=0", "env.overlap=false"], "env.overlap, which is false"),
+    ],
+)
+def test_an_actor_device_that_cannot_be_used_exits_2(overrides, fragment, capsys, tmp_path):
+    from jaxrl_engine import cli
+    from tests.conftest import SMALL
+
+    status = cli.main(["train", *SMALL, f"run_dir={tmp_path}", *overrides])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and fragment in err and "'env.actor_device'" in err, err
