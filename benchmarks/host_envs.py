@@ -7,12 +7,17 @@ process, median reported:
 
   gymnasium CartPole-v1, overlap off / on
   envpool CartPole-v1, overlap off / on          (when envpool is installed)
-  gymnasium slowed CartPole, overlap off / on    (each env step busy-waits `--slow-us` us, so
-                                                  env time and learner time are comparable)
+  gymnasium CartPole busy, overlap off / on      (each env step busy-waits `--slow-us` us on
+                                                  this CPU: env and learner share the cores)
+  gymnasium CartPole sleeping, overlap off / on  (each batch step sleeps `--sleep-us` us: a
+                                                  simulator whose time is spent elsewhere;
+                                                  a 256x256 PPO, 10 update epochs, so that
+                                                  learner and env times are comparable)
   gymnasium InvertedPendulum-v5, overlap off / on (when mujoco is installed)
 
 and, per env, the limit: the vector env's own stepping rate under uniformly random actions
-(no network, no learning), and what `offload: true` costs per env-set switch (the idle set
+(no network, no learning) next to the engine's rollout phase alone (acting network + envs, no
+learning), and what `offload: true` costs per env-set switch (the idle set
 closed, the other made and reset; twice per evaluation). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
 NOT a dependency of this package) Stable-Baselines3 PPO with matched hyperparameters trains
 CartPole-v1 (16 DummyVecEnv envs) for the same env steps in that interpreter: its steps/s.
@@ -51,17 +56,32 @@ PPO = [
 ]
 
 
-class SlowCartPole(CartPoleEnv):
-    """CartPole whose step busy-waits `slow_us` microseconds (a simulator's compute)."""
+# A learner as slow as the sleeping env's rollout (about 160 ms an epoch here), so that env
+# time and learner time are comparable: what overlap is for.
+HEAVY_LEARNER = ["algo.hidden_sizes=[256,256]", "algo.update_epochs=10"]
 
-    def __init__(self, slow_us: float = 0.0):
+
+class SlowCartPole(CartPoleEnv):
+    """CartPole whose step takes `slow_us` microseconds more: busy-waiting in every env (a
+    simulator's compute on this CPU, holding the GIL), or, with `sleep`, one sleep per batch of
+    16 env steps (a batched simulator whose time is spent elsewhere: a GPU, another machine, a
+    robot; the GIL and the cores stay free)."""
+
+    calls = 0  # env steps of every instance: the sleeping variant sleeps once per 16
+
+    def __init__(self, slow_us: float = 0.0, sleep: bool = False):
         super().__init__()
-        self.slow_s = slow_us * 1e-6
+        self.slow_s, self.sleep = slow_us * 1e-6, sleep
 
     def step(self, action):
-        until = time.perf_counter() + self.slow_s
-        while time.perf_counter() < until:
-            pass
+        if self.sleep:
+            SlowCartPole.calls += 1
+            if SlowCartPole.calls % 16 == 0:
+                time.sleep(self.slow_s)
+        else:
+            until = time.perf_counter() + self.slow_s
+            while time.perf_counter() < until:
+                pass
         return super().step(action)
 
 
@@ -85,6 +105,21 @@ def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float,
     _, summary = engine.run(engine.init(jax.random.key(0)))
     engine.env.close()
     return summary["steps_per_second"], summary["compile_s"]
+
+
+def rollout_rate(overrides: list[str], calls: int = 10) -> float:
+    """Env steps/s of the engine's rollout phase alone (the acting network in XLA, the envs
+    on the host through the io_callback; no learning), median of `calls` calls."""
+    cfg = jre.load_config(None, [*PPO, *overrides, "run_dir=unused"])
+    engine = jre.build(cfg)
+    state = engine.warm_up(engine.init(jax.random.key(0)), phases=["rollout"])
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        state, _ = jax.block_until_ready(engine.call("rollout", state))
+        times.append(time.perf_counter() - start)
+    engine.env.close()
+    return 16 * 128 / statistics.median(times)
 
 
 def sb3_rate(python: str, steps: int) -> float:
@@ -129,15 +164,22 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slow-us", type=float, default=40.0)
+    parser.add_argument("--sleep-us", type=float, default=1000.0)
     parser.add_argument("--sb3-python", help="a Python with stable-baselines3 and torch")
     args = parser.parse_args()
 
     envs = {
         "gymnasium CartPole-v1": ["env.suite=gymnasium", "env.id=CartPole-v1"],
-        f"gymnasium CartPole-v1 slowed {args.slow_us:g} us/step": [
+        f"gymnasium CartPole-v1 busy {args.slow_us:g} us/env step": [
             "env.suite=gymnasium",
             "env.id=SlowCartPole-v1",
             f"env.params={{slow_us: {args.slow_us}}}",
+        ],
+        f"gymnasium CartPole-v1 sleeping {args.sleep_us:g} us/batch step, 256x256 x10": [
+            "env.suite=gymnasium",
+            "env.id=SlowCartPole-v1",
+            f"env.params={{slow_us: {args.sleep_us}, sleep: true}}",
+            *HEAVY_LEARNER,
         ],
     }
     if importlib.util.find_spec("envpool") is not None:
@@ -158,8 +200,9 @@ def main() -> None:
                 )
                 rates.append(rate)
                 print(f"  {name}, overlap {overlap}: {rate:,.0f} steps/s", file=sys.stderr)
-    limits, switch_s = {}, {}
+    limits, switch_s, rollouts = {}, {}, {}
     for name, overrides in envs.items():
+        rollouts[name] = rollout_rate(overrides)
         cfg = jre.load_config(None, [*PPO, *overrides])
         if cfg.env.suite == "envpool":
             from jaxrl_engine.envs import envpool_env
@@ -181,6 +224,7 @@ def main() -> None:
         },
         "random_policy_limit": limits,
         "offload_switch_s": switch_s,
+        "rollout_only": rollouts,
     }
     if args.sb3_python:
         result["sb3_ppo_cartpole"] = statistics.median(
@@ -192,6 +236,11 @@ def main() -> None:
         limit = limits[row.rsplit(", overlap", 1)[0]]
         print(f"| {row} | {rate:,.0f} | {rate / limit:.2f} |")
     for name, limit in limits.items():
+        rate = rollouts[name]
+        print(
+            f"| {name}: engine rollout phase only (acting, no learning) | {rate:,.0f} | "
+            f"{rate / limit:.2f} |"
+        )
         print(f"| {name}: random policy, no learning (the limit) | {limit:,.0f} | 1.00 |")
     if "sb3_ppo_cartpole" in result:
         sb3 = result["sb3_ppo_cartpole"]

@@ -96,7 +96,8 @@ def _actions(action: ActionSpec) -> str:
 class GymnasiumEnv:
     """gymnasium `env_id` as a batched host env of `num_envs` training and `eval_envs`
     evaluation envs (see the module docstring). kwargs: `gymnasium.make` keyword arguments;
-    vectorization: "sync" (one process) or "async" (a subprocess per env)."""
+    vectorization: "sync" (one process) or "async" (a spawned subprocess per env: a custom env
+    must be importable there, e.g. registered by a module the child imports)."""
 
     batched = True
 
@@ -214,7 +215,11 @@ class GymnasiumEnv:
                 self.id_of(params),
                 num_envs=self.sizes[params.role],
                 vectorization_mode=self.vectorization,
-                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                vector_kwargs={
+                    "autoreset_mode": AutoresetMode.SAME_STEP,
+                    # Spawned workers: forking a process in which JAX runs threads can deadlock.
+                    **({"context": "spawn"} if self.vectorization == "async" else {}),
+                },
                 **dict(params.kwargs),
             )
             self._needs_reset[params] = True
