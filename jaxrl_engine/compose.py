@@ -79,6 +79,7 @@ def make_configured_env(
             cfg.env.params,
             cfg.env.vectorization,
             eval_id=cfg.eval.env_id,
+            eval_kwargs=cfg.eval.env_params,
             offload=cfg.offload,
         )
     if cfg.env.suite == "envpool":
@@ -90,6 +91,7 @@ def make_configured_env(
             cfg.eval.num_envs if eval_envs is None else eval_envs,
             cfg.env.params,
             eval_id=cfg.eval.env_id,
+            eval_kwargs=cfg.eval.env_params,
             offload=cfg.offload,
         )
     return make_env(cfg.env.id, cfg.env.params)
@@ -133,9 +135,20 @@ def build(
                 f"process's {len(local)} device(s) other than the learner's (the actor needs a "
                 "device of its own; with one, leave env.actor_device null)"
             )
+        if jax.process_count() > 1:
+            raise ConfigError(
+                "config key 'env.actor_device': not supported in a multi-process run (each "
+                "process would build another learner mesh)"
+            )
+        if cfg.profile:
+            raise ConfigError(
+                "config key 'env.actor_device': profile=true runs each phase as its own call, "
+                "without the actor; set one of them"
+            )
         actor = local[cfg.env.actor_device]
-        if mesh is None:  # the learner's data mesh: every other device
-            mesh = data_mesh([d for d in jax.devices() if d != actor])
+        if mesh is None:  # the learner's data mesh: every other device (one, for a host env)
+            others = [d for d in jax.devices() if d != actor]
+            mesh = data_mesh(others[:1] if host else others)
         elif actor in set(mesh.devices.flat):
             raise ConfigError(
                 f"config key 'env.actor_device': device {actor} is also in the learner's mesh"

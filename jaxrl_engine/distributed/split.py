@@ -23,11 +23,12 @@ with the driver's checkpoints, evaluation and logging. Off-policy algorithms onl
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import jax
 
-from jaxrl_engine.core.nan_guard import check_guards
+from jaxrl_engine.core.nan_guard import GUARDED_STATE, MAY_BE_NAN, check_guards, nan_guard
 from jaxrl_engine.core.state import EngineState, Metrics
 
 ACTOR_STREAM = 0xAC7  # fold_in constant: the actor's own PRNG stream
@@ -41,7 +42,16 @@ def split_functions(engine: Any) -> tuple[Any, Any]:
 
     def act(params: Any, env: Any, stats: Any, rng: jax.Array):
         rng, key = jax.random.split(rng)
-        env, stats, trajectory, metrics = engine.builder.collect(params, env, stats, key)
+
+        def collect(_: Any) -> tuple[Any, Metrics]:
+            out = engine.builder.collect(params, env, stats, key)
+            return SimpleNamespace(env=out[0], out=out[:3]), out[3]
+
+        run: Any = collect
+        if "rollout" in engine.guarded_names:  # the rollout phase's own nan_guard
+            run = nan_guard("rollout", GUARDED_STATE["rollout"], skip=MAY_BE_NAN)(collect)
+        done, metrics = run(None)
+        env, stats, trajectory = done.out
         return env, stats, rng, trajectory, metrics
 
     def learn(state: EngineState, trajectory: Any) -> tuple[EngineState, Metrics]:

@@ -68,6 +68,7 @@ class EnvPoolEnv(GymnasiumEnv):
         kwargs: dict[str, Any] | None = None,
         *,
         eval_id: str | None = None,
+        eval_kwargs: dict[str, Any] | None = None,
         offload: bool = False,
     ):
         self.env_id = env_id  # (no `vectorization`: the pool is EnvPool's own)
@@ -76,7 +77,7 @@ class EnvPoolEnv(GymnasiumEnv):
         self.obs_shape, self.obs_dtype, self.action, self.max_episode_steps = self._probe(
             env_id, self.params, "env.id"
         )
-        self._host_init(eval_id, offload)
+        self._host_init(eval_id, offload, eval_kwargs)
 
     def _probe(self, env_id: str, params: HostEnvParams, key: str) -> tuple[Any, ...]:
         if env_id not in envpool_ids():
@@ -145,7 +146,7 @@ class EnvPoolEnv(GymnasiumEnv):
     def _host_step(self, params: HostEnvParams, action: np.ndarray) -> tuple[Any, ...]:
         n = self.sizes[params.role]
         if self._needs_reset.get(params, True):  # e.g. a resumed run: its episodes start afresh
-            self._host_reset(params, np.zeros((1,), np.uint32))
+            self._host_reset(params, self._restart_seed())
         pool = self._vec[params]
         obs, reward, terminated, truncated, info = pool.step(np.asarray(action))
         order = np.argsort(info["env_id"])  # sync mode answers in env order; made sure

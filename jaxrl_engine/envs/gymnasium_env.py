@@ -110,6 +110,7 @@ class GymnasiumEnv:
         vectorization: Vectorization = "sync",
         *,
         eval_id: str | None = None,
+        eval_kwargs: dict[str, Any] | None = None,
         offload: bool = False,
     ):
         self.env_id, self.vectorization = env_id, vectorization
@@ -118,7 +119,7 @@ class GymnasiumEnv:
         self.obs_shape, self.obs_dtype, self.action, self.max_episode_steps = self._probe(
             env_id, self.params, "env.id"
         )
-        self._host_init(eval_id, offload)
+        self._host_init(eval_id, offload, eval_kwargs)
 
     def _probe(self, env_id: str, params: HostEnvParams, key: str) -> tuple[Any, ...]:
         """(obs shape, obs dtype, action spec, step limit) of one env made with `params`;
@@ -141,9 +142,11 @@ class GymnasiumEnv:
         finally:
             probe.close()
 
-    def _host_init(self, eval_id: str | None, offload: bool) -> None:
+    def _host_init(
+        self, eval_id: str | None, offload: bool, eval_kwargs: dict[str, Any] | None
+    ) -> None:
         """The state every host env keeps: its open env sets, the evaluation env id (checked
-        to have the training env's spaces), offload, the host error."""
+        and kwargs, checked to give the training env's spaces), offload, the host error."""
         self._vec: dict[HostEnvParams, Any] = {}
         self._needs_reset: dict[HostEnvParams, bool] = {}
         # The exception an env raised inside a callback: XLA reports it as a JaxRuntimeError
@@ -154,16 +157,28 @@ class GymnasiumEnv:
         self._released: set[HostEnvParams] = set()
         self.eval_id = eval_id if eval_id not in (None, self.env_id) else None
         self.eval_max_episode_steps = self.max_episode_steps
-        if self.eval_id is not None:
-            *spaces, limit = self._probe(self.eval_id, HostEnvParams("eval"), "eval.env_id")
+        evaluation = self.eval_set(eval_kwargs or {})
+        if self.eval_id is not None or evaluation.kwargs != self.params.kwargs:
+            # The evaluation set as it will be made (its id and kwargs): same spaces, its limit.
+            key = "eval.env_id" if self.eval_id is not None else "eval.env_params"
+            *spaces, limit = self._probe(self.id_of(evaluation), evaluation, key)
             if tuple(spaces) != (self.obs_shape, self.obs_dtype, self.action):
+                made = self.id_of(evaluation) + (
+                    f" with {dict(evaluation.kwargs)}" if evaluation.kwargs else ""
+                )
                 raise ValueError(
-                    f"eval.env_id={self.eval_id} has other spaces than env.id={self.env_id} "
+                    f"{key}: the evaluation env {made} has other spaces than env.id={self.env_id} "
                     f"(observations {spaces[0]} {spaces[1]}, actions {_actions(spaces[2])}; "
                     f"training: {self.obs_shape} {self.obs_dtype}, {_actions(self.action)}): "
                     "the policy cannot act in it"
                 )
             self.eval_max_episode_steps = limit
+
+    def _restart_seed(self) -> np.ndarray:
+        """The seed of a set's episodes started outside `reset` (a resumed run, a set made
+        again after offload): 0, 1, 2, ... so that each restart plays new episodes."""
+        self._restarts = getattr(self, "_restarts", -1) + 1
+        return np.array([self._restarts], np.uint32)
 
     def eval_set(self, overrides: dict[str, Any]) -> HostEnvParams:
         """The evaluation env set's params: `eval.env_params` on top of the training kwargs,
@@ -235,7 +250,7 @@ class GymnasiumEnv:
         vec = self.vector_env(params)
         n = self.sizes[params.role]
         if self._needs_reset[params]:  # e.g. a resumed run: its episodes start afresh
-            self._host_reset(params, np.zeros((1,), np.uint32))
+            self._host_reset(params, self._restart_seed())
         action = np.asarray(action)
         obs, reward, terminated, truncated, info = vec.step(
             action.astype(np.int64) if self.action.discrete else action

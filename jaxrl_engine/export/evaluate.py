@@ -56,7 +56,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     returns, lengths = (np.asarray(x) for x in run(params, jax.random.key(seed)))
     return {
         "run_dir": str(run_dir),
-        "env_id": cfg.env.id,
+        "env_id": env.id_of(env_params) if cfg.env.suite != "gymnax" else cfg.env.id,
         "episodes": episodes,
         "seed": seed,
         "return_mean": float(returns.mean()),

@@ -277,12 +277,26 @@ class Config(Strict):
         if self.env.suite == "gymnasium":
             from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
 
-            host = GymnasiumEnv(self.env.id, 1, 1, self.env.params, eval_id=self.eval.env_id)
+            host = GymnasiumEnv(
+                self.env.id,
+                1,
+                1,
+                self.env.params,
+                eval_id=self.eval.env_id,
+                eval_kwargs=self.eval.env_params,
+            )
             spec = host.spec(None)
         elif self.env.suite == "envpool":
             from jaxrl_engine.envs.envpool_env import EnvPoolEnv
 
-            host = EnvPoolEnv(self.env.id, 1, 1, self.env.params, eval_id=self.eval.env_id)
+            host = EnvPoolEnv(
+                self.env.id,
+                1,
+                1,
+                self.env.params,
+                eval_id=self.eval.env_id,
+                eval_kwargs=self.eval.env_params,
+            )
             spec = host.spec(None)
         else:
             from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env

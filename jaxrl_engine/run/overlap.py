@@ -50,8 +50,13 @@ class Pipeline:
     rollouts (on the learner's devices); `publish(eval_params, version)` hands the actor the
     learner's new acting params. actor_device: where the actor runs (None: where the state is)."""
 
-    def __init__(self, engine: Engine, actor_device: jax.Device | None = None):
+    def __init__(self, engine: Engine, actor_device: jax.Device | None = None, act: Any = None):
+        # act: the off-policy actor half (`split_functions(engine)[0]`; made by the caller, so
+        # that the actor and learner threads never race to build it).
         self.engine, self.actor_device = engine, actor_device
+        self._act_fn = (
+            act if act is not None or engine.algo.on_policy else split_functions(engine)[0]
+        )
         self._results: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=1)
         self._params: dict[int, Any] = {}  # version -> acting params (the last two kept)
         self._version = threading.Condition()
@@ -94,8 +99,7 @@ class Pipeline:
                         actor, metrics = engine.rollout(actor)
                     result: Any = (actor.buffer, actor.env, actor.stats, actor.counters.env_steps)
                 else:
-                    act = split_functions(engine)[0]
-                    env, stats, rng, trajectory, metrics = act(params, *actor)
+                    env, stats, rng, trajectory, metrics = self._act_fn(params, *actor)
                     actor = (env, stats, rng)
                     # Copies: the next collection donates env and stats.
                     result = (trajectory, *jax.tree.map(lambda x: x.copy(), (env, stats)), None)
@@ -171,10 +175,10 @@ def overlapped_epochs(
 ) -> tuple[EngineState, list[Metrics]]:
     """`n` epochs with the rollout of epoch k+1 overlapping the learning of epoch k; returns
     the state after them and each epoch's metrics (with `rollout/policy_lag`)."""
-    pipeline = Pipeline(engine, actor_device)
+    act, learn = (None, None) if engine.algo.on_policy else split_functions(engine)
+    pipeline = Pipeline(engine, actor_device, act)
     pipeline.start(state, n)
     sharding = engine.state_sharding
-    learn = None if engine.algo.on_policy else split_functions(engine)[1]
     rows: list[Metrics] = []
     try:
         for k in range(n):
@@ -197,7 +201,11 @@ def overlapped_epochs(
             else:  # off-policy: the trajectory into the replay buffer, then learn
                 state, learned = learn(state, data)
                 state = state.replace(env=env, stats=stats)
-            pipeline.publish(state.eval_params, k + 1)
+            # Off-policy: a copy, since the next `learn` donates the state's acting params.
+            published = state.eval_params
+            if learn is not None:
+                published = jax.tree.map(lambda x: x.copy(), published)
+            pipeline.publish(published, k + 1)
             row = {**jax.device_get({**metrics, **learned}), "rollout/policy_lag": lag}
             rows.append(row)
             if any(v >= 0 for name, v in row.items() if name.startswith("guard/")):

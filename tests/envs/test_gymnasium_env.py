@@ -203,6 +203,19 @@ gymnasium.register("CountedCartPole-v0", entry_point=CountedCartPole, max_episod
 gymnasium.register("ShortCartPole-v0", entry_point=CartPoleEnv, max_episode_steps=5)
 
 
+class WideCartPole(CartPoleEnv):
+    """CartPole whose `wide=True` doubles the observation (a make kwarg that changes a space)."""
+
+    def __init__(self, wide: bool = False):
+        super().__init__()
+        if wide:
+            high = np.concatenate([self.observation_space.high] * 2)
+            self.observation_space = gymnasium.spaces.Box(-high, high, dtype=np.float32)
+
+
+gymnasium.register("WideCartPole-v0", entry_point=WideCartPole, max_episode_steps=500)
+
+
 @pytest.mark.parametrize("offload", [False, True])
 def test_offload_closes_the_idle_env_set_and_rebuilds_it(offload, tmp_path):
     """RLightning's env offload: with `offload: true` the training (4 envs) and evaluation
@@ -262,7 +275,14 @@ def test_evaluation_runs_in_the_env_eval_env_id_names(tmp_path):
 @pytest.mark.parametrize(
     "overrides, fragments",
     [
-        (["eval.env_id=Pendulum-v1"], ["eval.env_id=Pendulum-v1 has other spaces", "Discrete(2)"]),
+        (
+            ["eval.env_id=Pendulum-v1"],
+            ["eval.env_id: the evaluation env Pendulum-v1 has other spaces", "Discrete(2)"],
+        ),
+        (
+            ["env.id=WideCartPole-v0", "eval.env_params={wide: true}"],
+            ["eval.env_params: the evaluation env WideCartPole-v0 with {'wide': True}", "(8,)"],
+        ),
         (["eval.env_id=Nope-v1"], ["eval.env_id=Nope-v1", "cannot be made"]),
     ],
 )

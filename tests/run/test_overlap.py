@@ -204,3 +204,36 @@ def test_an_actor_device_that_cannot_be_used_exits_2(overrides, fragment, capsys
     status = cli.main(["train", *SMALL, f"run_dir={tmp_path}", *overrides])
     err = capsys.readouterr().err
     assert status == cli.EXIT_BAD_INPUT and fragment in err and "'env.actor_device'" in err, err
+
+
+def test_off_policy_overlap_keeps_the_rollout_nan_guard(tmp_path):
+    """The actor's collection (off-policy overlap) runs the rollout phase's nan_guard: NaN
+    rewards from epoch 3 stop the run naming phase rollout, epoch 3, checkpoint 2 kept."""
+    from tests.core.test_run_survival import NaNRewardsFrom
+
+    cfg = jre.load_config(
+        None,
+        [
+            "env.num_envs=4",
+            "eval.num_envs=4",
+            "eval.interval=10",
+            "algo.num_steps=4",
+            "total_env_steps=96",
+            "save_interval=1",
+            "progress=false",
+            *DQN[:1],
+            "algo.learning_starts=16",
+            "algo.buffer_size=64",
+            *OVERLAP,
+            f"run_dir={tmp_path}",
+        ],
+    )
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=2 * 4))
+    with pytest.raises(jre.NonFiniteError) as info:
+        engine.run(engine.init(jax.random.key(0)))
+    assert (info.value.phase, info.value.quantity, info.value.epoch) == (
+        "rollout",
+        "rollout/reward_mean",
+        3,
+    )
+    assert "epoch_2" in " ".join(info.value.__notes__)
