@@ -25,6 +25,7 @@ from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train as make_engine_train
 from jaxrl_engine.envs.gymnax_env import make_env
+from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.compile_cache import enable_compile_cache
 from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
@@ -63,37 +64,12 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
     return algorithm
 
 
-def make_configured_env(
-    cfg: Config, num_envs: int | None = None, eval_envs: int | None = None
-) -> Env:
+def make_configured_env(cfg: Config) -> Env:
     """The env of `cfg.env`: a gymnax env, or gymnasium's or EnvPool's as a batched host env
     (its training and evaluation env sets, `eval.env_id` and `offload` included; see
-    `envs/gymnasium_env.py`; num_envs, eval_envs: the sets' sizes, default the config's)."""
-    if cfg.env.suite == "gymnasium":
-        from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
-
-        return GymnasiumEnv(
-            cfg.env.id,
-            cfg.env.num_envs if num_envs is None else num_envs,
-            cfg.eval.num_envs if eval_envs is None else eval_envs,
-            cfg.env.params,
-            cfg.env.vectorization,
-            eval_id=cfg.eval.env_id,
-            eval_kwargs=cfg.eval.env_params,
-            offload=cfg.offload,
-        )
-    if cfg.env.suite == "envpool":
-        from jaxrl_engine.envs.envpool_env import EnvPoolEnv
-
-        return EnvPoolEnv(
-            cfg.env.id,
-            cfg.env.num_envs if num_envs is None else num_envs,
-            cfg.eval.num_envs if eval_envs is None else eval_envs,
-            cfg.env.params,
-            eval_id=cfg.eval.env_id,
-            eval_kwargs=cfg.eval.env_params,
-            offload=cfg.offload,
-        )
+    `envs/gymnasium_env.py`, `envs/envpool_env.py`)."""
+    if cfg.env.suite != "gymnax":
+        return host_env(cfg, cfg.env.num_envs, cfg.eval.num_envs)
     return make_env(cfg.env.id, cfg.env.params)
 
 

@@ -145,8 +145,8 @@ class GymnasiumEnv:
     def _host_init(
         self, eval_id: str | None, offload: bool, eval_kwargs: dict[str, Any] | None
     ) -> None:
-        """The state every host env keeps: its open env sets, the evaluation env id (checked
-        and kwargs, checked to give the training env's spaces), offload, the host error."""
+        """The state every host env keeps: its open env sets, the evaluation env's id and kwargs
+        (checked to give the training env's spaces), offload, restarts, the host error."""
         self._vec: dict[HostEnvParams, Any] = {}
         self._needs_reset: dict[HostEnvParams, bool] = {}
         # The exception an env raised inside a callback: XLA reports it as a JaxRuntimeError
@@ -155,6 +155,7 @@ class GymnasiumEnv:
         self.offload = offload
         self.rebuilds = 0  # env sets made again after offload closed them
         self._released: set[HostEnvParams] = set()
+        self._restarts = -1  # episodes started outside `reset` (`_restart_seed`)
         self.eval_id = eval_id if eval_id not in (None, self.env_id) else None
         self.eval_max_episode_steps = self.max_episode_steps
         evaluation = self.eval_set(eval_kwargs or {})
@@ -177,7 +178,7 @@ class GymnasiumEnv:
     def _restart_seed(self) -> np.ndarray:
         """The seed of a set's episodes started outside `reset` (a resumed run, a set made
         again after offload): 0, 1, 2, ... so that each restart plays new episodes."""
-        self._restarts = getattr(self, "_restarts", -1) + 1
+        self._restarts += 1
         return np.array([self._restarts], np.uint32)
 
     def eval_set(self, overrides: dict[str, Any]) -> HostEnvParams:

@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxrl_engine.core.phases import evaluate_episodes
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
+from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError
 from jaxrl_engine.io.config import load_config
 
@@ -36,9 +37,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
     env: Any
     if cfg.env.suite != "gymnax":  # a host env: one evaluation env per episode
-        from jaxrl_engine.compose import make_configured_env
-
-        env = make_configured_env(cfg, num_envs=1, eval_envs=episodes)
+        env = host_env(cfg, 1, episodes)
         env_params = env.eval_set(cfg.eval.env_params)
     else:
         env = GymnaxEnv(cfg.env.id, cfg.env.params)

@@ -274,30 +274,10 @@ class Config(Strict):
                 f"{self.eval.env_id!r}: a gymnax run evaluates in its own env (env.id="
                 f"{self.env.id}); eval.env_params changes its params for evaluation",
             )
-        if self.env.suite == "gymnasium":
-            from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+        if self.env.suite != "gymnax":
+            from jaxrl_engine.envs.host import host_env
 
-            host = GymnasiumEnv(
-                self.env.id,
-                1,
-                1,
-                self.env.params,
-                eval_id=self.eval.env_id,
-                eval_kwargs=self.eval.env_params,
-            )
-            spec = host.spec(None)
-        elif self.env.suite == "envpool":
-            from jaxrl_engine.envs.envpool_env import EnvPoolEnv
-
-            host = EnvPoolEnv(
-                self.env.id,
-                1,
-                1,
-                self.env.params,
-                eval_id=self.eval.env_id,
-                eval_kwargs=self.eval.env_params,
-            )
-            spec = host.spec(None)
+            spec = host_env(self, 1, 1, offload=False).spec(None)
         else:
             from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 

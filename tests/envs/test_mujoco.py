@@ -17,6 +17,7 @@ import pytest
 import jaxrl_engine as jre
 from jaxrl_engine import cli
 from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+from tests.conftest import SMALL
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("mujoco", "imageio")),
@@ -24,19 +25,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "ppo_mujoco_inverted_pendulum.yaml"
-SHORT = [  # 4 epochs of 4 envs x 16 steps: the host path end to end, not learning
-    "env.num_envs=4",
-    "eval.num_envs=2",
-    "eval.interval=2",
-    "algo.num_steps=16",
-    "algo.num_minibatches=2",
-    "algo.update_epochs=2",
-    "algo.hidden_sizes=[16,16]",
-    "total_env_steps=256",
-    "save_interval=2",
-    "loggers=[jsonl]",
-    "progress=false",
-]
+# 4 epochs of 4 envs x 16 steps: the host path end to end, not learning
+SHORT = [*SMALL, "eval.num_envs=2", "save_interval=2", "loggers=[jsonl]"]
 
 
 @pytest.mark.parametrize(
