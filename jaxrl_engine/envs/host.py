@@ -7,13 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
-    from jaxrl_engine.io.config import Config
 
 
-def host_env(
-    cfg: Config, num_envs: int, eval_envs: int, offload: bool | None = None
-) -> GymnasiumEnv:
-    """`cfg.env`'s host env with `num_envs` training and `eval_envs` evaluation envs (its
+def host_env(cfg: Any, num_envs: int, eval_envs: int, offload: bool | None = None) -> GymnasiumEnv:
+    """`cfg.env`'s host env (cfg: a `Config`; envs/ does not import io/) with `num_envs` training and `eval_envs` evaluation envs (its
     `eval.env_id`, `eval.env_params` and, unless given, `offload`). The suites' packages are
     imported here, on use: neither is needed by a gymnax run."""
     kwargs: dict[str, Any] = {
