@@ -40,12 +40,20 @@ def _print_json(summary: dict[str, Any]) -> None:
 
 def _bad_input() -> tuple[type[Exception], ...]:
     from jaxrl_engine.core.warm_up import ShapeMismatchError
+    from jaxrl_engine.distributed.multihost import DistributedError
     from jaxrl_engine.export.policy import ExportError
     from jaxrl_engine.io.checkpoint import CheckpointError
     from jaxrl_engine.io.config import ConfigError
     from jaxrl_engine.io.files import RunDirError
 
-    return (ConfigError, ShapeMismatchError, CheckpointError, ExportError, RunDirError)
+    return (
+        ConfigError,
+        ShapeMismatchError,
+        CheckpointError,
+        ExportError,
+        RunDirError,
+        DistributedError,
+    )
 
 
 def _latest_checkpoint(run: Path | None) -> Path | None:
@@ -87,8 +95,12 @@ def _train(args: argparse.Namespace) -> int:
         )
     run: Path | None = Path(args.resume) if args.resume is not None else None
     try:
-        from jaxrl_engine.io.config import load_config
+        from jaxrl_engine.distributed.multihost import join
+        from jaxrl_engine.io.config import load_config, load_distributed
 
+        # A process of a multi-process job joins it before anything starts JAX (validating
+        # the config does); a resumed run takes its `distributed.*` from the command line.
+        join(load_distributed(config, overrides))
         if args.resume is not None:
             from jaxrl_engine.compose import resume
 
@@ -248,7 +260,45 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     )
 
 
-USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export}
+def _launch(args: argparse.Namespace) -> int:
+    from jaxrl_engine.distributed.launch import launch
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command or command[0] != "train":
+        return _fail(
+            "launch runs a train command as several processes: jaxrl-engine launch -n 2 "
+            "[--cpu-devices 2] -- train [CONFIG] [key=value ...]",
+            EXIT_BAD_INPUT,
+        )
+    if args.processes < 1 or (args.cpu_devices is not None and args.cpu_devices < 1):
+        return _fail("launch: -n and --cpu-devices must be at least 1", EXIT_BAD_INPUT)
+    return launch(args.processes, command, args.cpu_devices, args.port)
+
+
+def _add_launch_verb(verbs: argparse._SubParsersAction) -> None:
+    launch = verbs.add_parser(
+        "launch",
+        help="run a train command as N processes of one job on this machine (loopback)",
+        description="Starts N processes of `jaxrl-engine COMMAND`, each with distributed.* "
+        "set to join one job over 127.0.0.1; when one fails the others are stopped. On a "
+        "cluster, start one process per task yourself (see examples/slurm/).",
+    )
+    launch.add_argument("-n", "--processes", type=int, required=True, help="processes")
+    launch.add_argument(
+        "--cpu-devices",
+        type=int,
+        metavar="D",
+        help="CPU devices per process (XLA_FLAGS=--xla_force_host_platform_device_count=D)",
+    )
+    launch.add_argument(
+        "--port", type=int, default=0, help="coordinator port (default: a free one)"
+    )
+    launch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- train ...")
+
+
+USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export, "launch": _launch}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "RUN_DIR/discarded_checkpoints/",
     )
     _add_user_verbs(verbs)
+    _add_launch_verb(verbs)
     args = parser.parse_args(argv)
     from jaxrl_engine.run.signals import stop_before_training
 

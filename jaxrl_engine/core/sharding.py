@@ -53,3 +53,35 @@ def state_sharding(
     for path in host_paths:
         sharding = set_path(sharding, path, jax.tree.map(lambda _: host, get_path(sharding, path)))
     return sharding
+
+
+def to_host(tree: Any) -> Any:
+    """numpy copies of a pytree of arrays, in any process of a multi-process run.
+
+    An array this process holds whole is read as it is, a replicated one from its local copy;
+    one sharded over other processes' devices is gathered (a collective: every process calls
+    this with the same tree, as the driver does)."""
+
+    def one(x: Any) -> Any:
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return np.asarray(jax.device_get(x))
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree.map(one, tree)
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's files (process 0; the only one, usually)."""
+    return jax.process_index() == 0
+
+
+def sync_processes(name: str) -> None:
+    """A barrier over every process of a multi-process run (a no-op with one)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

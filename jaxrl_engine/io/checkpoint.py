@@ -16,8 +16,10 @@ error) raises one `CheckpointWriteError` and removes its temporary directory.
 
 Integrity: orbax/tensorstore do not detect flipped bytes, so `info` refuses metadata that does
 not match its `sha256`, and restore refuses a leaf whose bytes do not match its CRC-32, or
-that has no CRC-32 although it is fully addressable (a CRC is skipped only for arrays that
-are not, in multi-process runs). This detects corruption and hand edits, not a deliberate
+that has no checksum. A leaf sharded over the processes of a multi-process run, which no
+process holds whole, has instead a `sum64`: a checksum of (position, bytes) that every
+process computes from its own shards and that does not depend on the sharding, so the
+checkpoint restores, checked, on another process count or mesh too. This detects corruption and hand edits, not a deliberate
 forger (who can recompute the hashes). Nothing in a checkpoint is ever imported or executed.
 Errors name the file and offer the newest earlier checkpoint whose metadata is intact
 (`jaxrl-engine train --resume <run dir> --from-checkpoint N`).
@@ -34,6 +36,7 @@ import gc
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -49,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from jaxrl_engine.core.sharding import is_primary, sync_processes, to_host
 from jaxrl_engine.io.config import config_changes
 
 if TYPE_CHECKING:
@@ -59,7 +63,7 @@ FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha25
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
-CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32
+CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32 (has a sum64)
 
 
 class CheckpointError(ValueError):
@@ -83,11 +87,58 @@ class CheckpointInfo:
     config: dict[str, Any]  # the resolved config it was written with (`Config.model_dump`)
     metrics_lines: list[str]  # `metrics.jsonl` as it was when the checkpoint was written
     num_epochs: int  # the run's total epochs when it was written
-    leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 (crc32_skipped) per leaf
+    leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 or sum64 per leaf
 
 
 def _crc32(array: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+
+
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _sum64(array: jax.Array) -> int:
+    """A checksum of an array's bytes that does not depend on how it is sharded: the sum
+    (mod 2**64) over its elements of a mix of (global position, bytes). Each process adds the
+    shards it owns (a shard held by several devices counts once, on the lowest device id) and
+    the partial sums are added across processes: a collective, every process calls it. Used
+    for arrays sharded over several processes, which no process can CRC whole."""
+    owner: dict[tuple[tuple[int, int], ...], int] = {}
+    for device, index in array.sharding.devices_indices_map(array.shape).items():
+        key, device_id = _region(index, array.shape), int(device.id)  # type: ignore[attr-defined]
+        owner[key] = min(owner.get(key, device_id), device_id)
+    partial = np.uint64(0)
+    for shard in array.addressable_shards:
+        key = _region(shard.index, array.shape)
+        if owner[key] != shard.device.id:
+            continue
+        data = np.ascontiguousarray(np.asarray(shard.data))
+        bits = data.view(f"u{data.dtype.itemsize}").astype(np.uint64)
+        position = np.zeros(data.shape, np.uint64)
+        for axis, (start, stop) in enumerate(key):  # global flat index of each element
+            stride = np.uint64(math.prod(array.shape[axis + 1 :]))
+            along = np.arange(start, stop, dtype=np.uint64) * stride
+            position += along.reshape((-1,) + (1,) * (data.ndim - axis - 1))
+        with np.errstate(over="ignore"):
+            h = (position * _MIX[0]) ^ (bits + _MIX[1])
+            h = (h ^ (h >> np.uint64(31))) * _MIX[2]
+            h ^= h >> np.uint64(29)
+            partial += np.sum(h, dtype=np.uint64)
+    total = int(partial)
+    if jax.process_count() > 1:  # (as two uint32 halves: JAX holds no uint64 without x64)
+        from jax.experimental import multihost_utils
+
+        halves = np.array([total & 0xFFFFFFFF, total >> 32], np.uint32)
+        gathered = np.asarray(multihost_utils.process_allgather(halves)).reshape(-1, 2)
+        total = sum(int(lo) | (int(hi) << 32) for lo, hi in gathered) % 2**64
+    return total
+
+
+def _region(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(start, stop) per axis of a shard's index (full axes included)."""
+    return tuple(
+        s.indices(n)[:2] for s, n in zip((*index, *[slice(None)] * len(shape)), shape, strict=False)
+    )
 
 
 def _canonical(meta: dict[str, Any]) -> str:
@@ -153,7 +204,7 @@ class Checkpointer:
 
     def _open(self) -> Any:
         ocp = self._ocp
-        if not self._read_only:
+        if not self._read_only and is_primary():
             # Left by a writer that died before its commit: never loadable, safe to remove.
             for stale in self.directory.glob(f"*{TMP_SUFFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
@@ -201,14 +252,14 @@ class Checkpointer:
         ocp = self._ocp
         if self._read_only:
             raise CheckpointError(f"{str(self.directory)!r} was opened read-only")
-        epoch = int(jax.device_get(state.counters.epoch))
+        epoch = int(to_host(state.counters.epoch))
         path = self.path_of(epoch)
         arrays, leaves = _flatten(state)
         for leaf, array in zip(leaves, arrays, strict=True):
-            if array.is_fully_addressable:
-                leaf["crc32"] = _crc32(np.asarray(jax.device_get(array)))
+            if _held_whole(array):
+                leaf["crc32"] = _crc32(to_host(array))
             else:
-                leaf.update(crc32=None, crc32_skipped=CRC_SKIPPED)
+                leaf.update(crc32=None, crc32_skipped=CRC_SKIPPED, sum64=_sum64(array))
         meta: dict[str, Any] = {
             "format": FORMAT,
             "epoch": epoch,
@@ -465,9 +516,13 @@ class Checkpointer:
         return jax.tree.unflatten(treedef, leaves), info
 
     def delete_all(self) -> None:
-        """Remove every checkpoint (and unfinished writes) of this run."""
+        """Remove every checkpoint (and unfinished writes) of this run (in a multi-process run
+        every process calls it, once all have read the directory; process 0 removes)."""
         self._manager.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        sync_processes("delete_checkpoints")
+        if is_primary():
+            shutil.rmtree(self.directory, ignore_errors=True)
+        sync_processes("deleted_checkpoints")
         self._manager = self._open()
 
     def close(self) -> None:
@@ -475,15 +530,24 @@ class Checkpointer:
         self._manager.close()
 
 
+def _held_whole(array: jax.Array) -> bool:
+    """Whether this process holds all of `array` (one process, or a replicated array)."""
+    return array.is_fully_addressable or array.is_fully_replicated
+
+
 def _crc_problem(leaf: dict[str, Any], array: jax.Array) -> str:
-    """Why `array` does not pass its leaf's CRC-32 check ("" when it does)."""
-    crc = leaf.get("crc32")
-    if not array.is_fully_addressable:  # no process holds all of it: nothing to compare
-        ok = type(crc) is int or (crc is None and leaf.get("crc32_skipped") == CRC_SKIPPED)
-        return "" if ok else f" or was edited: {leaf['path']} has no valid CRC-32"
+    """Why `array` does not pass its leaf's checksum ("" when it does): its CRC-32, or for a
+    leaf that was sharded over processes when saved, its sharding-independent `sum64`."""
+    crc, sum64 = leaf.get("crc32"), leaf.get("sum64")
+    if crc is None and leaf.get("crc32_skipped") == CRC_SKIPPED and type(sum64) is int:
+        if _sum64(array) != sum64:
+            return f": the bytes of {leaf['path']} do not match their checksum (sum64)"
+        return ""
     if type(crc) is not int:
-        return f" or was edited: {leaf['path']} has no CRC-32 although it is fully addressable"
-    if _crc32(np.asarray(jax.device_get(array))) != crc:
+        return f" or was edited: {leaf['path']} has no valid CRC-32 or sum64 checksum"
+    if not _held_whole(array):  # saved whole, restored sharded over processes: not here
+        return ""
+    if _crc32(to_host(array)) != crc:
         return f": the bytes of {leaf['path']} do not match their CRC-32"
     return ""
 

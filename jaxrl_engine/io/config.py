@@ -170,6 +170,65 @@ class WandbConfig(Strict):
     )
 
 
+class DistributedConfig(Strict):
+    """Multi-process training (`jax.distributed`): where process 0 listens, how many processes
+    and which one this is. Read before JAX starts (`jaxrl_engine.distributed.multihost.join`)."""
+
+    coordinator: str | None = Field(
+        None, description="HOST:PORT of process 0's coordinator (null: one process, or auto)"
+    )
+    num_processes: int | None = Field(None, gt=0, description="processes in the job")
+    process_id: int | None = Field(None, ge=0, description="this process's index, 0 to N-1")
+    auto: bool | None = Field(
+        None,
+        description="null: join the job a SLURM or Open MPI launch describes (more than one "
+        "task); true: let jax.distributed.initialize() detect any cluster it knows (Kubernetes "
+        "included); false: never",
+    )
+    heartbeat_timeout_s: int = Field(
+        30, gt=0, description="a process that stops answering this long stops all the others"
+    )
+    init_timeout_s: int = Field(
+        120, gt=0, description="how long a process waits for all the others to join"
+    )
+
+    @field_validator("coordinator")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:12355)")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> DistributedConfig:
+        given = [self.num_processes is not None, self.process_id is not None]
+        if self.coordinator is not None and not all(given):
+            raise field_error(
+                "num_processes" if not given[0] else "process_id",
+                "distributed.coordinator needs distributed.num_processes and "
+                "distributed.process_id too",
+            )
+        if self.coordinator is None and any(given):
+            raise field_error(
+                "coordinator",
+                "distributed.num_processes/process_id need distributed.coordinator (HOST:PORT "
+                "of process 0)",
+            )
+        if (
+            self.num_processes is not None
+            and self.process_id is not None
+            and self.process_id >= self.num_processes
+        ):
+            raise field_error(
+                "process_id",
+                f"{self.process_id} is not below distributed.num_processes={self.num_processes}",
+            )
+        return self
+
+
 class Config(Strict):
     uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
 
@@ -199,6 +258,7 @@ class Config(Strict):
         "tensorboard (event files in the run dir), wandb (the `wandb` extra)",
     )
     wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
+    distributed: DistributedConfig = Field(default_factory=lambda: DistributedConfig())
     save_interval: int = Field(
         250,
         ge=0,
@@ -481,6 +541,27 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (None: the built-in default), apply dotted overrides, validate."""
+    return config_from_dict(_read_config(path), overrides)
+
+
+def load_distributed(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> DistributedConfig:
+    """The `distributed` block of a config file with overrides, validated alone: what a
+    process must know before JAX starts (validating the whole config starts JAX)."""
+    raw = apply_overrides(_read_config(path), list(overrides or []))
+    try:  # (a model of this block alone: errors name `distributed.<key>`)
+        block = raw.get("distributed") or {}
+        return _DistributedOnly.model_validate({"distributed": block}).distributed
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None
+
+
+class _DistributedOnly(Strict):
+    distributed: DistributedConfig
+
+
+def _read_config(path: str | Path | None) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     if path is not None:
         name = f"config file {_short(str(path))}"
@@ -492,7 +573,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{name} must hold a mapping at top level")
         raw = loaded or {}
-    return config_from_dict(raw, overrides)
+    return raw
 
 
 def _read_text(path: Path, name: str) -> str:
@@ -540,6 +621,7 @@ PRESENTATION_KEYS = (
     "wandb.",
     "save_interval",
     "keep_checkpoints",
+    "distributed.",
 )
 
 

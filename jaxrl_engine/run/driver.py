@@ -28,6 +28,7 @@ import numpy as np
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
@@ -117,11 +118,15 @@ class Driver:
         and `CheckpointError` when the run directory holds checkpoints that do not fit.
         """
         cfg = self.cfg
-        first = int(jax.device_get(state.counters.epoch))
+        first = int(to_host(state.counters.epoch))
         total = engine.num_epochs if num_epochs is None else num_epochs
         # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
-        out = RunDir(run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg)
-        show = cfg.progress if progress is None else progress
+        # In a multi-process run, process 0 writes it; the others read it and join the saves.
+        primary = is_primary()
+        out = RunDir(
+            run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg, writer=primary
+        )
+        show = (cfg.progress if progress is None else progress) and primary
         hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
         run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
         run.resume_from = self.resume_from
@@ -234,14 +239,14 @@ class Driver:
                     jax.block_until_ready(state)
                 else:
                     state, table, ran = jax.block_until_ready(engine.call("epochs", state, n))
-                    table = jax.device_get(table)
+                    table = to_host(table)
                     rows = [{k: v[i] for k, v in table.items()} for i in range(int(ran))]
             engine.timer.record("epoch", time.perf_counter() - began, count=len(rows))
         done = start_epoch + len(rows)
         if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
             with _host_errors(engine):
                 state, eval_metrics = engine.timed_call("evaluate", state)
-            rows[-1] = {**rows[-1], **jax.device_get(eval_metrics)}
+            rows[-1] = {**rows[-1], **to_host(eval_metrics)}
         wall_s = time.perf_counter() - run.wall_start
         records: list[Record] = []
         for i, metrics in enumerate(rows):

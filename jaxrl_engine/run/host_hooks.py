@@ -30,6 +30,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.sharding import to_host
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
@@ -309,8 +310,11 @@ class ExportPolicy(HostHook):
     def end(self, run: RunInfo, state: EngineState) -> None:
         if run.status != "completed":
             return
+        params = to_host(state.eval_params)  # (every process: a gather is collective)
+        if not run.out.writer:
+            return
         try:
-            export_policy(run.engine, state.eval_params, run.out.path / POLICY_DIR)
+            export_policy(run.engine, params, run.out.path / POLICY_DIR)
         except ExportError as e:
             warnings.warn(f"policy not exported: {e}", stacklevel=2)
 

@@ -34,6 +34,7 @@ from typing import Any
 import jax
 
 from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.sharding import to_host
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.distributed.split import split_functions
 
@@ -206,7 +207,7 @@ def overlapped_epochs(
             if learn is not None:
                 published = jax.tree.map(lambda x: x.copy(), published)
             pipeline.publish(published, k + 1)
-            row = {**jax.device_get({**metrics, **learned}), "rollout/policy_lag": lag}
+            row = {**to_host({**metrics, **learned}), "rollout/policy_lag": lag}
             rows.append(row)
             if any(v >= 0 for name, v in row.items() if name.startswith("guard/")):
                 break  # nan_guard fired: stop after this epoch, as the fused loop does

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl_engine.core.sharding import sync_processes, to_host
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.io.config import Config, dump_config
 from jaxrl_engine.io.files import (
@@ -105,33 +106,41 @@ class RunLock:
 class RunDir:
     """`runs/<name>/`, owned by this run while open: the lock is taken and the directory
     checked (no symlinks) on open, before anything in it changes; `open_logs` then writes the
-    config and opens `metrics.jsonl` (after the driver's checks of its checkpoints)."""
+    config and opens `metrics.jsonl` (after the driver's checks of its checkpoints).
 
-    def __init__(self, root: str | Path, cfg: Config):
-        self.path, self.cfg = Path(root), cfg
+    writer: False in the other processes of a multi-process run (process 0 writes): the
+    directory is read, never locked or written (logs and the summary are not written)."""
+
+    def __init__(self, root: str | Path, cfg: Config, writer: bool = True):
+        self.path, self.cfg, self.writer = Path(root), cfg, writer
+        self._metrics: Any = None
+        self._backends: list[Any] = []
+        self._created = False
+        self.lock = RunLock(self.path)
+        if not writer:
+            return
         if self.path.exists() and not self.path.is_dir():
             raise RunDirError(f"run directory {str(self.path)!r} exists and is not a directory")
         if self.path.is_symlink():
             raise RunDirError(f"run directory {str(self.path)!r} is a symlink; use its target")
         self._created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        self.lock = RunLock(self.path)
         self.lock.acquire()
         try:
             check_no_symlinks(self.path)
         except BaseException:
             self.release()
             raise
-        self._metrics: Any = None
-        self._backends: list[Any] = []
 
     def open_logs(self, first: int, restored: list[str] | None = None) -> list[str]:
         """Write `config.yaml`; put `metrics.jsonl` back to the records through epoch `first`
         (`restored`: a checkpoint's copy of them; else the file's own, a torn last line
         dropped; a fresh run, epoch 0, starts empty); open it for appending. Returns the
         records kept."""
-        atomic_write(self.path / "config.yaml", dump_config(self.cfg))
         path = self.path / "metrics.jsonl"
+        if not self.writer:
+            return restored if restored is not None else read_metrics_lines(path)
+        atomic_write(self.path / "config.yaml", dump_config(self.cfg))
         if restored is None:
             restored = [
                 line
@@ -148,6 +157,8 @@ class RunDir:
     def log(self, record: dict[str, Any]) -> str:
         """Append one record; returns the line written (without its newline)."""
         line = strict_json(record)
+        if not self.writer:
+            return line
         self._metrics.write(line + "\n")
         self._metrics.flush()
         for backend in self._backends:
@@ -163,7 +174,8 @@ class RunDir:
         return summary if isinstance(summary, dict) else None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write(self.path / "summary.json", strict_json(summary, indent=2))
+        if self.writer:
+            atomic_write(self.path / "summary.json", strict_json(summary, indent=2))
 
     def close_logs(self) -> None:
         """Close `metrics.jsonl` and the logger backends (the lock stays held)."""
@@ -181,6 +193,8 @@ class RunDir:
 
     def release(self) -> None:
         """Give up the directory; one this run created and never used is removed again."""
+        if not self.writer:
+            return
         if self._created and self._metrics is None:
             with contextlib.suppress(OSError):
                 if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
@@ -196,8 +210,10 @@ class RunDir:
 
     def discard_checkpoints_after(self, checkpoints: Any, epoch: int) -> list[Path]:
         """Move the checkpoints after `epoch` out of `checkpoints/` into
-        `discarded_checkpoints/` (kept, not deleted); returns where they went."""
+        `discarded_checkpoints/` (kept, not deleted); returns where they went. In a
+        multi-process run every process calls it and process 0 moves them."""
         moved = []
+        sync_processes("discard_checkpoints")  # every process has read the directory
         for later in [e for e in checkpoints.epochs() if e > epoch]:
             target = self.path / "discarded_checkpoints" / checkpoints.path_of(later).name
             target.parent.mkdir(exist_ok=True)
@@ -205,8 +221,10 @@ class RunDir:
             while target.exists():
                 target = target.with_name(f"{checkpoints.path_of(later).name}.{n}")
                 n += 1
-            shutil.move(checkpoints.path_of(later), target)
+            if self.writer:
+                shutil.move(checkpoints.path_of(later), target)
             moved.append(target)
+        sync_processes("discarded_checkpoints")
         return moved
 
 
@@ -232,17 +250,19 @@ def write_metrics_lines(run_path: Path, lines: list[str]) -> None:
 def write_failing_batch(
     out: RunDir, state: EngineState, metrics: dict[str, Any], epoch: int
 ) -> Path:
-    """The failing epoch's rollout buffer, prepared batch, last observations and metrics."""
+    """The failing epoch's rollout buffer, prepared batch, last observations and metrics
+    (gathered from every process of a multi-process run; process 0 writes them)."""
     arrays: dict[str, np.ndarray] = {}
     for name, tree in (
         ("buffer", state.buffer),
         ("batch", state.batch),
         ("env.obs", state.env.obs),
     ):
-        for keys, leaf in jax.tree_util.tree_flatten_with_path(jax.device_get(tree))[0]:
+        for keys, leaf in jax.tree_util.tree_flatten_with_path(to_host(tree))[0]:
             arrays[name + jax.tree_util.keystr(keys)] = np.asarray(leaf)
     for name, value in metrics.items():
         arrays[f"metrics/{name}"] = np.asarray(value)
     target = out.path / f"nonfinite_epoch_{epoch}.npz"
-    atomic_writer(target, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
+    if out.writer:
+        atomic_writer(target, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
     return target

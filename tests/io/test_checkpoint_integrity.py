@@ -12,10 +12,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jaxrl_engine as jre
@@ -116,20 +117,27 @@ def test_nulled_crcs_with_a_recomputed_checksum_are_refused_for_addressable_arra
         checkpoints.restore(engine)
     message = str(info.value)
     assert "epoch_2' is corrupted or was edited: " in message
-    assert "has no CRC-32 although it is fully addressable" in message
+    assert "has no valid CRC-32 or sum64 checksum" in message
     assert f"--resume {tmp_path} --from-checkpoint 1" in message
 
 
-def test_a_crc_may_be_missing_only_for_arrays_that_are_not_fully_addressable():
+def test_a_leaf_without_a_crc_needs_its_sharding_independent_sum64():
+    """A leaf saved sharded over processes has no CRC-32 but a sum64, checked on restore
+    whatever the restoring process holds; a leaf with neither is refused."""
     problem = checkpoint_module._crc_problem
-    local, sharded = (SimpleNamespace(is_fully_addressable=b) for b in (True, False))
+    array = jnp.arange(12.0).reshape(3, 4)
     skipped = {"path": ".x", "crc32": None, "crc32_skipped": "not fully addressable"}
-    assert problem(skipped, sharded) == ""
-    assert problem({**skipped, "crc32": 7}, sharded) == ""  # not comparable here
-    assert "has no valid CRC-32" in problem({"path": ".x", "crc32": None}, sharded)
-    assert "has no valid CRC-32" in problem({**skipped, "crc32_skipped": "because"}, sharded)
-    assert "fully addressable" in problem(skipped, local)
-    assert "fully addressable" in problem({"path": ".x", "crc32": "7"}, local)
+    sum64 = checkpoint_module._sum64(array)
+    assert problem({**skipped, "sum64": sum64}, array) == ""
+    assert "do not match their checksum (sum64)" in problem(
+        {**skipped, "sum64": sum64}, array.at[1, 2].add(1.0)
+    )
+    assert "has no valid CRC-32 or sum64" in problem(skipped, array)
+    assert "has no valid CRC-32 or sum64" in problem({**skipped, "sum64": str(sum64)}, array)
+    assert "has no valid CRC-32 or sum64" in problem({"path": ".x", "crc32": "7"}, array)
+    crc = checkpoint_module._crc32(np.asarray(array))
+    assert problem({"path": ".x", "crc32": crc}, array) == ""
+    assert "do not match their CRC-32" in problem({"path": ".x", "crc32": crc + 1}, array)
 
 
 def test_a_format_2_checkpoint_is_refused(engine, states, tmp_path):

@@ -1,0 +1,120 @@
+"""`jaxrl-engine launch -n N [--cpu-devices D] -- train CONFIG [key=value ...]`: N processes of
+one job on this machine, joined over loopback (127.0.0.1), for trying multi-process training
+without a cluster (on a cluster, the scheduler starts the processes: `examples/slurm/`).
+
+Each process runs the given `jaxrl-engine` command with `distributed.coordinator`,
+`distributed.num_processes` and `distributed.process_id` added (and
+`XLA_FLAGS=--xla_force_host_platform_device_count=D` with `--cpu-devices D`). Process 0's
+stdout is passed through (its last line is the run's summary); the others' stdout is dropped
+(their summaries repeat it); every process's stderr is shown. When one process fails, the
+others are stopped at once (SIGTERM, then SIGKILL after a grace period) and the launcher exits
+with the failed process's status; SIGINT/SIGTERM to the launcher are passed on to all of them.
+
+Standard library only: it starts processes and watches them, JAX starts in each of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+POLL_S = 0.2
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def commands(
+    n: int, command: Sequence[str], port: int, cpu_devices: int | None = None
+) -> list[tuple[list[str], dict[str, str]]]:
+    """Per process: its argv and environment."""
+    out = []
+    for i in range(n):
+        argv = [
+            sys.executable,
+            "-m",
+            "jaxrl_engine.cli",
+            *command,
+            f"distributed.coordinator=127.0.0.1:{port}",
+            f"distributed.num_processes={n}",
+            f"distributed.process_id={i}",
+        ]
+        env = dict(os.environ)
+        if cpu_devices is not None:
+            flags = [
+                f
+                for f in env.get("XLA_FLAGS", "").split()
+                if not f.startswith("--xla_force_host_platform_device_count")
+            ]
+            flags.append(f"--xla_force_host_platform_device_count={cpu_devices}")
+            env["XLA_FLAGS"] = " ".join(flags)
+        out.append((argv, env))
+    return out
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    deadline = time.monotonic() + GRACE_S
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def launch(n: int, command: Sequence[str], cpu_devices: int | None = None, port: int = 0) -> int:
+    """Run `command` (a jaxrl-engine verb and its arguments) as `n` processes of one job;
+    returns the job's exit status (0 when every process succeeded)."""
+    port = port or free_port()
+    print(
+        f"jaxrl-engine launch: {n} processes on 127.0.0.1:{port}"
+        + (f", {cpu_devices} CPU devices each" if cpu_devices else ""),
+        file=sys.stderr,
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i, (argv, env) in enumerate(commands(n, command, port, cpu_devices)):
+            stdout = None if i == 0 else subprocess.DEVNULL
+            procs.append(subprocess.Popen(argv, env=env, stdout=stdout))
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                i, code = failed[0]
+                if not received:
+                    print(
+                        f"jaxrl-engine launch: process {i} exited with status {code}; stopping "
+                        "the others",
+                        file=sys.stderr,
+                    )
+                _stop(procs)
+                return code if code > 0 else 128 - code  # killed by a signal: 128 + signum
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(POLL_S)
+    finally:
+        _stop(procs)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
