@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from jaxrl_engine.core.timing import Timer, timed
     from jaxrl_engine.core.warm_up import ShapeMismatchError
     from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
-    from jaxrl_engine.io.config import Config, ConfigError, load_config
+    from jaxrl_engine.io.config import Config, ConfigError, load_config, load_distributed
     from jaxrl_engine.policy import make_policy
     from jaxrl_engine.run import Driver, HostHook, RunInfo, TrainingInterrupted
 
@@ -54,6 +54,7 @@ _SOURCES = {
     "Config": "io.config",
     "ConfigError": "io.config",
     "load_config": "io.config",
+    "load_distributed": "io.config",
     "make_policy": "policy",
     "Driver": "run",
     "HostHook": "run",
@@ -100,6 +101,7 @@ __all__ = [
     "every",
     "hparams",
     "load_config",
+    "load_distributed",
     "make_policy",
     "make_train",
     "nan_guard",

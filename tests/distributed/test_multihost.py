@@ -1,0 +1,210 @@
+"""Multi-process training on loopback: 2 processes x 2 CPU devices (gloo collectives) against
+one process with 4 devices, checkpoints across process counts, and a process that dies.
+
+Every test starts fresh processes: a process joins a job (`jax.distributed`) before JAX starts,
+and once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxrl_engine.distributed.launch import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = [
+    "env.num_envs=8",
+    "eval.num_envs=8",
+    "algo.num_steps=16",
+    "algo.num_minibatches=2",
+    "algo.update_epochs=2",
+    "algo.hidden_sizes=[16,16]",
+    "total_env_steps=2048",  # 16 epochs
+    "eval.interval=4",
+    "save_interval=8",
+    "progress=false",
+    "loggers=[jsonl]",
+]
+CLI = [sys.executable, "-m", "jaxrl_engine.cli"]
+
+
+def devices(n: int) -> dict[str, str]:
+    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
+
+
+def cli(args: list[str], n_devices: int, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [*CLI, *args],
+        env=devices(n_devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def params(run: Path) -> dict[str, np.ndarray]:
+    with np.load(run / "policy" / "params.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+def assert_same_params(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """The same config trained by 2 processes x 2 devices (`jaxrl-engine launch`) and by 1
+    process x 4 devices."""
+    root = tmp_path_factory.mktemp("multihost")
+    common = [*TINY, f"run_dir={root}"]
+    launched = cli(
+        ["launch", "-n", "2", "--cpu-devices", "2", "--", "train", *common, "name=two"], 4
+    )
+    cli(["train", *common, "name=one"], 4)
+    (root / "launch_stdout.txt").write_text(launched.stdout)
+    (root / "launch_stderr.txt").write_text(launched.stderr)
+    return root
+
+
+@pytest.mark.multidevice
+def test_two_processes_train_the_params_of_one_process_with_as_many_devices(runs):
+    two, one = runs / "two", runs / "one"
+    assert_same_params(params(two), params(one))
+    stderr = (runs / "launch_stderr.txt").read_text()
+    assert "process 0 of 2" in stderr and "process 1 of 2" in stderr
+    assert "2 local of 4 devices" in stderr
+    # One run directory, written once by process 0: 16 records, one summary.
+    records = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, 17))
+    theirs = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    for mine, other in zip(records, theirs, strict=True):
+        assert mine["train/loss"] == pytest.approx(other["train/loss"], rel=1e-4, abs=1e-6)
+    summary = json.loads((runs / "launch_stdout.txt").read_text().strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["epochs"] == 16
+    written = json.loads((two / "summary.json").read_text())
+    assert written["final_eval_return"] == summary["final_eval_return"]
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["epoch_16", "epoch_8"]
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("n_devices", [4, 1])
+def test_a_two_process_checkpoint_resumes_in_one_process(runs, tmp_path, n_devices):
+    """The 2-process run's epoch-8 checkpoint (env state sharded over both processes, checked
+    by its sum64 checksums) continued by one process ends where the uninterrupted runs do."""
+    run = tmp_path / "two"
+    subprocess.run(["cp", "-r", str(runs / "two"), str(run)], check=True)
+    (run / "policy" / "params.npz").unlink()
+    meta = json.loads((run / "checkpoints" / "epoch_8" / "meta" / "metadata").read_text())
+    sharded = [leaf["path"] for leaf in meta["leaves"] if leaf.get("sum64") is not None]
+    assert ".env.obs" in sharded and all(
+        leaf["crc32"] is None for leaf in meta["leaves"] if leaf["path"] in sharded
+    )
+    cli(["train", "--resume", str(run), "--from-checkpoint", "8"], n_devices)
+    assert_same_params(params(run), params(runs / "one"))
+
+
+@pytest.mark.multidevice
+def test_a_process_that_dies_stops_the_other_with_its_last_checkpoint_intact(tmp_path):
+    """Process 1 is killed (SIGKILL) after the first checkpoint: process 0 ends on its own
+    within the heartbeat timeout, naming the cause, and the checkpoint restores."""
+    port = free_port()
+    args = [
+        *TINY,
+        "total_env_steps=200000",  # far more than the test waits for
+        "save_interval=2",
+        f"run_dir={tmp_path}",
+        "name=dies",
+        f"distributed.coordinator=127.0.0.1:{port}",
+        "distributed.num_processes=2",
+        "distributed.heartbeat_timeout_s=5",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*CLI, "train", *args, f"distributed.process_id={i}"],
+            env=devices(2),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        checkpoints = tmp_path / "dies" / "checkpoints"
+        deadline = time.monotonic() + 300
+        while not any(p.name.removeprefix("epoch_").isdigit() for p in _listing(checkpoints)):
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-2000:]
+            time.sleep(0.5)
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = procs[0].communicate(timeout=120)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert procs[0].returncode != 0
+    assert stopped_after < 60
+    assert "another task died" in err or "stopped sending heartbeats" in err, err[-2000:]
+    # The last committed checkpoint is whole: one process restores it (its checksums pass).
+    script = (
+        "import sys, jaxrl_engine as jre\n"
+        "engine, state = jre.resume(sys.argv[1])\n"
+        "print(int(state.counters.epoch))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "dies")],
+        env=devices(2),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) >= 2
+
+
+def _listing(path: Path) -> list[Path]:
+    return list(path.iterdir()) if path.is_dir() else []
+
+
+def test_launch_stops_and_reports_a_failing_job(tmp_path):
+    """Every process refuses a bad key: the launcher returns their exit status (2)."""
+    proc = subprocess.run(
+        [*CLI, "launch", "-n", "2", "--", "train", "bogus.key=1", f"run_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown config key 'bogus'" in proc.stderr
+    assert "exited with status 2" in proc.stderr
+
+
+def test_distributed_keys_are_checked_before_jax_starts():
+    proc = subprocess.run(
+        [*CLI, "train", "distributed.coordinator=localhost", "distributed.num_processes=2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2
+    assert "config key 'distributed.coordinator': 'localhost' is not HOST:PORT" in proc.stderr
