@@ -170,6 +170,24 @@ class WandbConfig(Strict):
     )
 
 
+class MeshConfig(Strict):
+    """The device mesh: `data` shards each run's env batch, `sweep` a sweep's members; checked
+    against the visible devices before anything is compiled."""
+
+    data: int | None = Field(
+        None,
+        gt=0,
+        description="devices of the `data` axis (env batch sharded); null: every device for a "
+        "train, 1 in a sweep",
+    )
+    sweep: int | None = Field(
+        None,
+        gt=0,
+        description="devices of the `sweep` axis (a sweep's members sharded; must divide the "
+        "members of each compiled program); null: the most devices that divide them",
+    )
+
+
 class Config(Strict):
     uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
 
@@ -205,6 +223,7 @@ class Config(Strict):
         description="full-state checkpoint every this many epochs and after the last (0: none)",
     )
     keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
+    mesh: MeshConfig = Field(default_factory=lambda: MeshConfig())
 
     @model_validator(mode="before")
     @classmethod
@@ -540,6 +559,7 @@ PRESENTATION_KEYS = (
     "wandb.",
     "save_interval",
     "keep_checkpoints",
+    "mesh.",
 )
 
 
