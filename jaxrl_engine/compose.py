@@ -309,7 +309,7 @@ def resume(
 # ---------------------------------------------------------------------------------- sweeps
 def sweep(
     cfg: Config,
-    seeds: Any = (0,),
+    seeds: Any = None,
     grid: Mapping[str, Sequence[Any]] | None = None,
     *,
     split_static: bool = False,
@@ -321,13 +321,13 @@ def sweep(
     over the members, sharded over the `sweep` mesh axis), into `runs/<name>/`: one run
     directory per member, `sweep.csv` and `summary.json` (see `run/sweep.py`).
 
-    seeds: `[0, 1]`, `"0..15"` (inclusive) or an int; `cfg.seed` is not used. Only traced keys
+    seeds: `[0, 1]`, `"0..15"` (inclusive) or an int (None: `[cfg.seed]`). Only traced keys
     (the algorithm's `traced_keys`) may vary inside one program; another key with several
     values is a `ConfigError` naming it, unless `split_static` (one program per distinct
     static setting). num_epochs: train up to this many epochs (default: the config's; the rest
     with `resume_sweep`). Returns the sweep summary plus `table`, the per-setting table.
     """
-    plan = plan_sweep(cfg, seeds, grid, split_static)
+    plan = plan_sweep(cfg, [cfg.seed] if seeds is None else seeds, grid, split_static)
     spec = {
         "config": cfg.model_dump(mode="json"),
         "seeds": plan.seeds,

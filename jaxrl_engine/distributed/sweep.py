@@ -35,6 +35,7 @@ from jaxrl_engine.io.config import (
     config_from_dict,
     flat_config,
     is_presentation_key,
+    parse_override,
 )
 from jaxrl_engine.io.schema import UINT32_MAX
 
@@ -94,6 +95,28 @@ def parse_seeds(value: Any) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: {seeds} repeats a seed")
     return seeds
+
+
+def sweep_arguments(
+    items: Sequence[str], base: Config
+) -> tuple[str | None, dict[str, list[Any]], list[str]]:
+    """The CLI's `key=value` items split into (seeds, grid, overrides): `seeds=...` (its text,
+    for `parse_seeds`), `key=[a,b]` a grid axis, anything else an override of the base config.
+    A key whose value in `base` is a list (e.g. `algo.hidden_sizes`) takes a list as an
+    ordinary value; a list of lists (`algo.hidden_sizes=[[32],[64,64]]`) is its grid axis."""
+    seeds, grid, overrides = None, {}, []
+    current = flat_config(base.model_dump(mode="json"))
+    for item in items:
+        key, value = parse_override(item)
+        if key == "seeds":
+            seeds = item.split("=", 1)[1]
+        elif isinstance(value, list) and (
+            not isinstance(current.get(key), list) or all(isinstance(v, list) for v in value)
+        ):
+            grid[key] = value
+        else:
+            overrides.append(item)
+    return seeds, grid, overrides
 
 
 def traced_keys(cfg: Config) -> list[str]:

@@ -483,6 +483,12 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value` -> (the dotted key, the value parsed as a YAML scalar or list)."""
+    parts, value = _parse_override(item)
+    return ".".join(parts), value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`raw` with each `a.b.c=value` set (values parsed as YAML scalars/lists)."""
     for item in overrides:
