@@ -169,9 +169,6 @@ def _sweep(args: argparse.Namespace) -> int:
             from jaxrl_engine.io.config import ConfigError, load_config
 
             seeds, grid, overrides = sweep_arguments(items, load_config(config))
-            both = sorted(set(grid) & {item.split("=", 1)[0] for item in overrides})
-            if both:
-                raise ConfigError(f"{both[0]!r} is given both as a grid axis and as a value")
             cfg = load_config(config, overrides)
             run = Path(cfg.run_dir) / cfg.name
             if seeds is not None and any(item.split("=", 1)[0] == "seed" for item in overrides):

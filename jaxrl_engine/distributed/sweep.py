@@ -103,8 +103,11 @@ def sweep_arguments(
     """The CLI's `key=value` items split into (seeds, grid, overrides): `seeds=...` (its text,
     for `parse_seeds`), `key=[a,b]` a grid axis, anything else an override of the base config.
     A key whose value in `base` is a list (e.g. `algo.hidden_sizes`) takes a list as an
-    ordinary value; a list of lists (`algo.hidden_sizes=[[32],[64,64]]`) is its grid axis."""
-    seeds, grid, overrides = None, {}, []
+    ordinary value; a list of lists (`algo.hidden_sizes=[[32],[64,64]]`) is its grid axis. As
+    with overrides, a key's last item decides."""
+    seeds: str | None = None
+    grid: dict[str, list[Any]] = {}
+    overrides: list[str] = []
     current = flat_config(base.model_dump(mode="json"))
     for item in items:
         key, value = parse_override(item)
@@ -113,8 +116,10 @@ def sweep_arguments(
         elif isinstance(value, list) and (
             not isinstance(current.get(key), list) or all(isinstance(v, list) for v in value)
         ):
+            overrides = [o for o in overrides if o.split("=", 1)[0] != key]
             grid[key] = value
         else:
+            grid.pop(key, None)
             overrides.append(item)
     return seeds, grid, overrides
 

@@ -171,8 +171,7 @@ class WandbConfig(Strict):
 
 
 class MeshConfig(Strict):
-    """The device mesh: `data` shards each run's env batch, `sweep` a sweep's members; checked
-    against the visible devices before anything is compiled."""
+    """The device mesh: `data` shards each run's env batch, `sweep` a sweep's members."""
 
     data: int | None = Field(
         None,

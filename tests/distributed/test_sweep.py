@@ -222,6 +222,10 @@ def test_seeds_names_and_cli_items():
     assert overrides == ["algo.hidden_sizes=[8,8]", "algo.gamma=0.9"]
     _, grid, _ = sweep_arguments(["algo.hidden_sizes=[[8],[16,16]]"], base)
     assert grid == {"algo.hidden_sizes": [[8], [16, 16]]}
+    _, grid, overrides = sweep_arguments(["algo.lr=0.1", "algo.lr=[1,2]", "algo.gamma=[1]"], base)
+    assert grid == {"algo.lr": [1, 2], "algo.gamma": [1]} and overrides == []
+    _, grid, overrides = sweep_arguments(["algo.lr=[1,2]", "algo.lr=0.1"], base)
+    assert grid == {} and overrides == ["algo.lr=0.1"]
     assert iqm([1, 2, 3, 100]) == 2.5 and iqm([4.0]) == 4.0
 
 
@@ -258,7 +262,7 @@ def test_cli_sweep_end_to_end(tmp_path):
     )
     assert bad.returncode == 2 and "'algo.num_steps': static" in bad.stderr, bad.stderr
     proc = subprocess.run(
-        [*cli, "name=cli", "seeds=0..1", "algo.lr=[1e-3,3e-4]", "algo.gamma=0.98"],
+        [*cli, "name=cli", "seeds=0..1", "algo.lr=[1e-3,3e-4]", "algo.gamma=0.98", "progress=true"],
         capture_output=True,
         text=True,
         cwd=root,
