@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jaxrl_engine.compose import build, hparams, make_train, resume
+    from jaxrl_engine.compose import build, hparams, make_train, resume, resume_sweep, sweep
     from jaxrl_engine.core.engine import Engine
     from jaxrl_engine.core.hooks import Hook, chain, every
     from jaxrl_engine.core.nan_guard import NonFiniteError, nan_guard
@@ -31,6 +31,8 @@ _SOURCES = {
     "hparams": "compose",
     "make_train": "compose",
     "resume": "compose",
+    "resume_sweep": "compose",
+    "sweep": "compose",
     "Engine": "core.engine",
     "Hook": "core.hooks",
     "chain": "core.hooks",
@@ -108,5 +110,7 @@ __all__ = [
     "offload_after",
     "reload_before",
     "resume",
+    "resume_sweep",
+    "sweep",
     "timed",
 ]

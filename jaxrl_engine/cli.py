@@ -1,6 +1,11 @@
 """`jaxrl-engine train [CONFIG] [key=value ...] [--resume RUN_DIR]`: train from a config or
 continue a run; the last stdout line is the summary (strict JSON).
 
+`jaxrl-engine sweep [CONFIG] seeds=0..15 algo.lr=[1e-4,3e-4] [key=value ...] [--split-static]
+[--resume RUN_DIR]`: seeds x the grid (each `key=[...]` an axis) as vmapped members of one
+compiled program per static group; prints the per-setting table, then the summary as the last
+line. Same exit statuses as train; 3 only when every member was stopped by a non-finite value.
+
 Exit status: 0 trained (or the run was finished already: its summary is printed, nothing is
 rewritten); 2 bad input (config, env id, shapes, torch factory, checkpoints, a run directory in
 use by another run), reported before any compile; 3 stopped by a non-finite value; 74 an
@@ -152,6 +157,62 @@ def _train(args: argparse.Namespace) -> int:
         print(engine.timing_summary(echo=False))
     summary.pop("records")
     _print_json(summary)
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    config, items = None, list(args.items)
+    if items and "=" not in items[0]:
+        config = items.pop(0)
+    if args.resume is not None and (config is not None or items or args.split_static):
+        return _fail(
+            "--resume continues the sweep with its own config, seeds and grid (its sweep.json); "
+            "drop the config file, the key=value items and --split-static",
+            EXIT_BAD_INPUT,
+        )
+    run: Path | None = Path(args.resume) if args.resume is not None else None
+    try:
+        if args.resume is not None:
+            from jaxrl_engine.compose import resume_sweep
+
+            summary = resume_sweep(args.resume)
+        else:
+            from jaxrl_engine.distributed.sweep import sweep_arguments
+            from jaxrl_engine.io.config import ConfigError, load_config
+
+            seeds, grid, overrides = sweep_arguments(items, load_config(config))
+            cfg = load_config(config, overrides)
+            run = Path(cfg.run_dir) / cfg.name
+            if seeds is not None and any(item.split("=", 1)[0] == "seed" for item in overrides):
+                raise ConfigError("give the seeds with seeds=... (seed= is one run's)")
+            from jaxrl_engine.compose import sweep
+
+            summary = sweep(
+                cfg,
+                seeds if seeds is not None else [cfg.seed],
+                grid,
+                split_static=args.split_static,
+            )
+    except KeyboardInterrupt as e:
+        from jaxrl_engine.run.driver import TrainingInterrupted
+
+        if not isinstance(e, TrainingInterrupted):
+            raise
+        _print_json(e.summary)
+        hint = f"continue with: jaxrl-engine sweep --resume {run}"
+        return _fail(f"{e}; {hint}", EXIT_INTERRUPTED)
+    except OSError as e:
+        return _fail(
+            f"stopped by an OS error: {e}; the checkpoints written so far are kept (jaxrl-engine "
+            f"sweep --resume {run} once the cause is fixed)",
+            EXIT_OS_ERROR,
+        )
+    except _bad_input() as e:
+        return _fail(str(e), EXIT_BAD_INPUT)
+    print(summary.pop("table"))
+    _print_json(summary)
+    if summary["members"] and len(summary["non_finite"]) == summary["members"]:
+        return _fail("every member was stopped by a non-finite value", EXIT_NON_FINITE)
     return 0
 
 
@@ -322,6 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         "when the latest is corrupted); the later checkpoints are moved to "
         "RUN_DIR/discarded_checkpoints/",
     )
+    sweep = verbs.add_parser(
+        "sweep",
+        help="train seeds x a grid of config values as vmapped members of one compiled program",
+        description="CONFIG is a YAML file (default: the built-in PPO CartPole config). "
+        "seeds=0..15 (inclusive) or seeds=[0,3,5]; each key=[a,b,...] is a grid axis, any "
+        "other key=value an override of the base config. Traced keys (an algorithm's numeric "
+        "hyperparameters, e.g. algo.lr) share one compiled program; a static key with several "
+        "values (algo.num_steps, env.num_envs, ...) exits 2 unless --split-static. Writes "
+        "runs/<name>/<member>/ per member, sweep.csv and summary.json; prints the per-setting "
+        "table (mean, std, IQM of the final eval return over seeds).",
+    )
+    sweep.add_argument("items", nargs="*", metavar="[CONFIG] [seeds=...] [key=value|key=[...]]")
+    sweep.add_argument(
+        "--split-static",
+        action="store_true",
+        help="compile one program per distinct value of the static keys in the grid",
+    )
+    sweep.add_argument("--resume", metavar="RUN_DIR", help="continue this sweep directory")
     _add_user_verbs(verbs)
     _add_launch_verb(verbs)
     args = parser.parse_args(argv)
@@ -331,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.verb == "train":
             return _train(args)
+        if args.verb == "sweep":
+            return _sweep(args)
         return USER_VERBS[args.verb](args)
     except KeyboardInterrupt:  # Ctrl-C before training started (imports, build, compile)
         where = f"; {_resume_hint(Path(args.resume))}" if getattr(args, "resume", None) else ""

@@ -9,6 +9,7 @@ hooks. `make_train`, `hparams` and `resume` are built on the same path.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,8 @@ from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train as make_engine_train
+from jaxrl_engine.distributed.mesh import sweep_mesh, train_mesh
+from jaxrl_engine.distributed.sweep import SweepPrograms, plan_sweep
 from jaxrl_engine.envs.gymnax_env import make_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
@@ -31,6 +34,7 @@ from jaxrl_engine.io.compile_cache import enable_compile_cache
 from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
+from jaxrl_engine.run.sweep import SPEC_FILE, Group, SweepDriver
 
 
 def num_epochs(cfg: Config) -> int:
@@ -129,7 +133,7 @@ def build(
             raise ConfigError(
                 f"config key 'env.actor_device': device {actor} is also in the learner's mesh"
             )
-    mesh = mesh if mesh is not None else data_mesh()
+    mesh = mesh if mesh is not None else train_mesh(cfg.mesh)
     if host and mesh.size > 1:
         raise ConfigError(
             f"env.suite={cfg.env.suite} steps its envs on the host: it runs on one device, "
@@ -138,7 +142,8 @@ def build(
     for key, n in (("env.num_envs", cfg.env.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
         if n % mesh.size:
             raise ConfigError(
-                f"{key}={n} must be a multiple of the {mesh.size} devices of the 'data' mesh axis"
+                f"{key}={n} must be a multiple of the {mesh.size} devices of the 'data' mesh axis "
+                "(mesh.data)"
             )
     if algorithm is None:
         try:
@@ -299,3 +304,78 @@ def resume(
         file=sys.stderr,
     )
     return engine, state
+
+
+# ---------------------------------------------------------------------------------- sweeps
+def sweep(
+    cfg: Config,
+    seeds: Any = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    split_static: bool = False,
+    num_epochs: int | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Train `seeds` x the cartesian product of `grid` (`{"algo.lr": [1e-4, 3e-4]}`) over
+    `cfg`, each static group of members as ONE compiled program (the engine's chunk vmapped
+    over the members, sharded over the `sweep` mesh axis), into `runs/<name>/`: one run
+    directory per member, `sweep.csv` and `summary.json` (see `run/sweep.py`).
+
+    seeds: `[0, 1]`, `"0..15"` (inclusive) or an int (None: `[cfg.seed]`). Only traced keys
+    (the algorithm's `traced_keys`) may vary inside one program; another key with several
+    values is a `ConfigError` naming it, unless `split_static` (one program per distinct
+    static setting). num_epochs: train up to this many epochs (default: the config's; the rest
+    with `resume_sweep`). Returns the sweep summary plus `table`, the per-setting table.
+    """
+    plan = plan_sweep(cfg, [cfg.seed] if seeds is None else seeds, grid, split_static)
+    spec = {
+        "config": cfg.model_dump(mode="json"),
+        "seeds": plan.seeds,
+        "grid": plan.grid,
+        "split_static": split_static,
+    }
+    return _sweep_driver(cfg, plan.groups, spec).run(num_epochs=num_epochs, progress=progress)
+
+
+def resume_sweep(
+    run_dir: str | Path, *, num_epochs: int | None = None, progress: bool | None = None
+) -> dict[str, Any]:
+    """Continue a sweep from each group's latest checkpoint (`sweep(...)`'s summary): its
+    config, seeds and grid come from `<run_dir>/sweep.json`."""
+    path = Path(run_dir)
+    if path.name in ("", ".", ".."):
+        path = path.resolve()
+    spec_file = path / SPEC_FILE
+    if not spec_file.is_file():
+        raise CheckpointError(
+            f"cannot resume: {str(path)!r} is not a sweep directory (no {SPEC_FILE})"
+        )
+    try:
+        spec = json.loads(spec_file.read_text())
+        stored = {**spec["config"], "name": path.name, "run_dir": str(path.parent)}
+        seeds, grid, split = spec["seeds"], spec["grid"], bool(spec["split_static"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"cannot resume: {str(spec_file)!r} is unreadable ({e})") from None
+    cfg = config_from_run(
+        stored, [], source=str(spec_file), how="a sweep of your own with that factory"
+    )
+    plan = plan_sweep(cfg, seeds, grid, split)
+    spec = {**spec, "config": cfg.model_dump(mode="json")}
+    driver = _sweep_driver(cfg, plan.groups, spec)
+    return driver.run(num_epochs=num_epochs, progress=progress, resume=True)
+
+
+def _sweep_driver(cfg: Config, groups: list[list[Any]], spec: dict[str, Any]) -> SweepDriver:
+    """Every group's mesh and engine, checked before anything is compiled."""
+    if jax.process_count() > 1:
+        raise ConfigError(
+            "a sweep runs in one process (its members sharded over that process's devices); "
+            f"this is process {jax.process_index()} of a {jax.process_count()}-process job: "
+            "run the sweep without distributed.*"
+        )
+    built = []
+    for g, members in enumerate(groups):
+        mesh = sweep_mesh(cfg.mesh, len(members))
+        engine = build(members[0].cfg, mesh=data_mesh(list(mesh.devices[0])))
+        built.append(Group(f"group{g}", members, SweepPrograms(engine, mesh, len(members))))
+    return SweepDriver(cfg, spec, built)

@@ -10,7 +10,7 @@ classes by name.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import jax
 import optax
@@ -41,6 +41,9 @@ class AlgoConfig(Protocol):
 
     name: str
     num_steps: int
+    # The `algo.*` keys that are leaves of its `HParams` (traced: a sweep vmaps over them);
+    # every other config key is static (it changes shapes or the compiled program).
+    traced_keys: ClassVar[frozenset[str]]
 
     def check(self, num_envs: int, total_env_steps: int) -> None:
         """Raise ValueError naming config keys when sizes do not fit (before any compile)."""

@@ -190,6 +190,23 @@ def dqn(
 
 class DQNConfig(OffPolicyConfig):
     action_space: ClassVar[str] = "discrete"
+    # The `algo.*` keys that are `DQNHParams` leaves (traced); every other key is static.
+    traced_keys: ClassVar[frozenset[str]] = frozenset(
+        {
+            "lr",
+            "gamma",
+            "tau",
+            "huber_delta",
+            "max_grad_norm",
+            "adam_eps",
+            "epsilon_start",
+            "epsilon_end",
+            "exploration_fraction",
+            "priority_alpha",
+            "priority_beta",
+            "priority_eps",
+        }
+    )
 
     name: Literal["dqn"] = "dqn"
     lr: float = Field(2.5e-4, gt=0, description="Adam learning rate")

@@ -347,6 +347,11 @@ class TorchPolicyConfig(Strict):
 
 class PPOConfig(Strict):
     action_space: ClassVar[str] = "any"  # discrete or continuous
+    # The `algo.*` keys that are `PPOHParams` leaves (traced: a sweep vmaps over them); every
+    # other key is static (it changes shapes or the compiled program).
+    traced_keys: ClassVar[frozenset[str]] = frozenset(
+        {"lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"}
+    )
 
     name: Literal["ppo"] = "ppo"
     num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")

@@ -13,7 +13,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import flax.linen as nn
 import jax
@@ -279,6 +279,22 @@ def sac(
 
 
 class SACConfig(ContinuousOffPolicyConfig):
+    # The `algo.*` keys that are `SACHParams` leaves (traced); every other key is static.
+    traced_keys: ClassVar[frozenset[str]] = frozenset(
+        {
+            "actor_lr",
+            "critic_lr",
+            "alpha_lr",
+            "gamma",
+            "tau",
+            "init_alpha",
+            "target_entropy",
+            "priority_alpha",
+            "priority_beta",
+            "priority_eps",
+        }
+    )
+
     name: Literal["sac"] = "sac"
     actor_lr: float = Field(3e-4, gt=0, description="actor Adam learning rate")
     critic_lr: float = Field(3e-4, gt=0, description="critic Adam learning rate")

@@ -17,7 +17,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import flax.linen as nn
 import jax
@@ -221,6 +221,22 @@ def td3(
 
 
 class TD3Config(ContinuousOffPolicyConfig):
+    # The `algo.*` keys that are `TD3HParams` leaves (traced); every other key is static.
+    traced_keys: ClassVar[frozenset[str]] = frozenset(
+        {
+            "actor_lr",
+            "critic_lr",
+            "gamma",
+            "tau",
+            "exploration_noise",
+            "policy_noise",
+            "noise_clip",
+            "priority_alpha",
+            "priority_beta",
+            "priority_eps",
+        }
+    )
+
     name: Literal["td3"] = "td3"
     actor_lr: float = Field(1e-3, gt=0, description="actor Adam learning rate")
     critic_lr: float = Field(1e-3, gt=0, description="critic Adam learning rate")

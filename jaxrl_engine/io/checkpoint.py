@@ -47,7 +47,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import numpy as np
@@ -56,7 +56,6 @@ from jaxrl_engine.core.sharding import is_primary, sync_processes, to_host
 from jaxrl_engine.io.config import config_changes
 
 if TYPE_CHECKING:
-    from jaxrl_engine.core.engine import Engine
     from jaxrl_engine.core.state import EngineState
 
 FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha256`
@@ -64,6 +63,13 @@ STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
 CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32 (has a sum64)
+
+
+class StateLayout(Protocol):
+    """What `restore` places a state by: an `Engine`, or a sweep's batched programs."""
+
+    state_shape: Any
+    state_sharding: Any
 
 
 class CheckpointError(ValueError):
@@ -242,8 +248,10 @@ class Checkpointer:
         config: dict[str, Any],
         metrics_lines: list[str],
         num_epochs: int,
+        epoch: int | None = None,
     ) -> Path:
-        """Write `state` as the checkpoint of its `counters.epoch`; returns its directory.
+        """Write `state` as the checkpoint of its `counters.epoch` (or of `epoch`: a sweep's
+        batched state holds one counter per member); returns its directory.
 
         Returns with the checkpoint committed (written to a temporary directory, renamed).
         Raises `CheckpointWriteError` when a write fails (disk full, another OS error), after
@@ -252,7 +260,8 @@ class Checkpointer:
         ocp = self._ocp
         if self._read_only:
             raise CheckpointError(f"{str(self.directory)!r} was opened read-only")
-        epoch = int(to_host(state.counters.epoch))
+        if epoch is None:
+            epoch = int(to_host(state.counters.epoch))
         path = self.path_of(epoch)
         arrays, leaves = _flatten(state)
         for leaf, array in zip(leaves, arrays, strict=True):
@@ -417,14 +426,14 @@ class Checkpointer:
         return epoch
 
     def check_compatible(
-        self, info: CheckpointInfo, engine: Engine, config: dict[str, Any] | None = None
+        self, info: CheckpointInfo, engine: StateLayout, config: dict[str, Any] | None = None
     ) -> None:
         """Refuse a checkpoint whose leaves differ (path, shape, dtype) from the engine's state.
 
         config: the resolved config the engine was built from (default: its driver's); its
         differences from the checkpoint's are named in the message."""
         if config is None and hasattr(getattr(engine, "driver", None), "cfg"):
-            config = engine.driver.cfg.model_dump(mode="json")  # type: ignore[union-attr]
+            config = engine.driver.cfg.model_dump(mode="json")  # type: ignore[attr-defined]
         expected = layout(engine.state_shape)
         stored = info.leaves
         problems = []
@@ -463,7 +472,7 @@ class Checkpointer:
             )
 
     def restore(
-        self, engine: Engine, epoch: int | None = None, config: dict[str, Any] | None = None
+        self, engine: StateLayout, epoch: int | None = None, config: dict[str, Any] | None = None
     ) -> tuple[EngineState, CheckpointInfo]:
         """The saved state (default: latest) placed with `engine.state_sharding`, and its info.
 

@@ -229,6 +229,23 @@ class DistributedConfig(Strict):
         return self
 
 
+class MeshConfig(Strict):
+    """The device mesh: `data` shards each run's env batch, `sweep` a sweep's members."""
+
+    data: int | None = Field(
+        None,
+        gt=0,
+        description="devices of the `data` axis (env batch sharded); null: every device for a "
+        "train, 1 in a sweep",
+    )
+    sweep: int | None = Field(
+        None,
+        gt=0,
+        description="devices of the `sweep` axis (a sweep's members sharded; must divide the "
+        "members of each compiled program); null: the most devices that divide them",
+    )
+
+
 class Config(Strict):
     uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
 
@@ -265,6 +282,7 @@ class Config(Strict):
         description="full-state checkpoint every this many epochs and after the last (0: none)",
     )
     keep_checkpoints: int = Field(3, gt=0, description="how many of the newest checkpoints to keep")
+    mesh: MeshConfig = Field(default_factory=lambda: MeshConfig())
 
     @model_validator(mode="before")
     @classmethod
@@ -524,6 +542,12 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value` -> (the dotted key, the value parsed as a YAML scalar or list)."""
+    parts, value = _parse_override(item)
+    return ".".join(parts), value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`raw` with each `a.b.c=value` set (values parsed as YAML scalars/lists)."""
     for item in overrides:
@@ -622,6 +646,7 @@ PRESENTATION_KEYS = (
     "save_interval",
     "keep_checkpoints",
     "distributed.",
+    "mesh.",
 )
 
 

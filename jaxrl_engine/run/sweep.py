@@ -1,0 +1,531 @@
+"""The sweep driver: every member of a static group trained by one compiled chunk at a time.
+
+Like the train driver (`run.driver`), the epochs up to the next evaluation or checkpoint run as
+one compiled call, here `SweepPrograms.epochs` (the engine's chunk vmapped over the members);
+each member's records go to its own run directory `<sweep>/<member>/` (`config.yaml`,
+`metrics.jsonl` in a train's format, `summary.json`, `policy/`), so every tool that reads a run
+reads a member. The sweep directory holds `sweep.json` (what to train: base config, seeds,
+grid), `checkpoints/group<g>/` (each group's batched state, with the orbax `Checkpointer`),
+`sweep.csv` (one row per member) and `summary.json`.
+
+A member whose `nan_guard` fires stops there (its summary says non_finite, its records end
+before that epoch, no policy is exported) while the others train on: its lane of the batch
+still runs, and is ignored. SIGINT/SIGTERM stop after the current chunk with a checkpoint
+(`TrainingInterrupted`); `resume` continues every group from its latest checkpoint, exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
+from jaxrl_engine.core.state import EngineState
+from jaxrl_engine.distributed.sweep import Member, SweepPrograms, member_state
+from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+from jaxrl_engine.io.config import Config
+from jaxrl_engine.io.files import atomic_write, strict_json
+from jaxrl_engine.run.driver import TrainingInterrupted
+from jaxrl_engine.run.run_dir import RunDir
+from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
+
+SPEC_FILE = "sweep.json"
+CSV_FILE = "sweep.csv"
+
+
+@dataclasses.dataclass
+class Group:
+    """One compiled program's members and their batched functions."""
+
+    label: str  # group<g>: its checkpoints are checkpoints/<label>/
+    members: list[Member]
+    programs: SweepPrograms
+
+
+@dataclasses.dataclass
+class MemberRun:
+    """What the driver keeps per member while its group trains."""
+
+    member: Member
+    out: RunDir
+    final_eval: float = float("nan")
+    epochs: int = 0
+    status: str = "running"
+    error: str | None = None
+
+    def open(self, first: int, error: str | None) -> None:
+        """config.yaml, and metrics.jsonl put back to its records through epoch `first`
+        (`error`: why nan_guard stopped it before, when it did)."""
+        lines = self.out.open_logs(first)
+        self.epochs = int(json.loads(lines[-1])["epoch"]) if lines else 0
+        for line in reversed(lines):
+            value = json.loads(line).get("evaluate/episode_return")
+            if isinstance(value, int | float):
+                self.final_eval = float(value)
+                break
+        if error is not None:
+            self.status, self.error = "non_finite", error
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.out.log(record)
+        self.epochs = int(record["epoch"])
+        if "evaluate/episode_return" in record:
+            self.final_eval = record["evaluate/episode_return"]
+
+
+def iqm(values: Sequence[float]) -> float:
+    """Interquartile mean (rliable's): the mean of the middle 50% of the values, i.e. with
+    `int(n / 4)` dropped from each end (as `scipy.stats.trim_mean(values, 0.25)`)."""
+    ordered = sorted(values)
+    cut = len(ordered) // 4
+    middle = ordered[cut : len(ordered) - cut]
+    return float(np.mean(middle)) if middle else float("nan")
+
+
+class SweepProgress:
+    """A rich bar on a terminal, one plain line per chunk otherwise (stderr, so stdout keeps
+    the table and the JSON summary)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.tty = enabled, sys.stderr.isatty()
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def start(self, label: str, members: int, first: int, total: int) -> None:
+        self.label, self.members, self.total = label, members, total
+        if not (self.enabled and self.tty):
+            return
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} env steps/s"),
+            TextColumn("eval {task.fields[eval]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        self.bar.start()
+        description = f"{label} ({members} members)"
+        self.task = self.bar.add_task(description, total=total, completed=first, rate="-", eval="-")
+
+    def update(self, done: int, rate: float, mean_eval: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, rate=f"{rate:,.0f}", eval=f"{mean_eval:.1f}")
+            return
+        print(
+            f"jaxrl-engine sweep: {self.label}, {self.members} members: epoch {done}/"
+            f"{self.total}, {rate:,.0f} env steps/s (all members), mean eval {mean_eval:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+class SweepDriver:
+    """Trains a sweep's groups one after the other into `<cfg.run_dir>/<cfg.name>/`.
+
+    cfg: the base config (name, run_dir, intervals, progress). spec: what `sweep.json` holds
+    (base config, seeds, grid, split_static): what `resume` continues.
+    """
+
+    def __init__(self, cfg: Config, spec: dict[str, Any], groups: list[Group]):
+        self.cfg, self.spec, self.groups = cfg, spec, groups
+        self.root = Path(cfg.run_dir) / cfg.name
+        self.compile_s = self.train_s = 0.0
+        self.steps_trained = 0  # env steps trained by this call, all members
+        self.wall_start = time.perf_counter()
+
+    def run(
+        self, *, num_epochs: int | None = None, progress: bool | None = None, resume: bool = False
+    ) -> dict[str, Any]:
+        """Train every member up to `num_epochs` epochs in total (default: its config's);
+        returns the sweep summary (`summary.json`) plus `table`, the per-setting table.
+
+        resume: continue each group from its latest checkpoint (a group without one starts
+        fresh). Without it, a sweep directory holding an unfinished sweep is refused
+        (`CheckpointError`, before anything in it changes) and a finished one is started over.
+        Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summaries written).
+        """
+        self.wall_start = time.perf_counter()
+        out = RunDir(self.root, self.cfg)  # the sweep's lock; no symlinks anywhere inside
+        show = SweepProgress(self.cfg.progress if progress is None else progress)
+        interrupted: TrainingInterrupted | None = None
+        checkpoints: list[Checkpointer | None] = []
+        try:
+            try:
+                for group in self.groups:
+                    checkpoints.append(self._checkpoints(group))
+                starts = [
+                    self._start(g, c, resume) for g, c in zip(self.groups, checkpoints, strict=True)
+                ]
+                atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
+                for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
+                    try:
+                        self._run_group(group, chk, start, num_epochs, show)
+                    except TrainingInterrupted as e:
+                        interrupted = e
+                        break
+            finally:
+                show.stop()
+                for chk in checkpoints:
+                    if chk is not None:
+                        chk.close()
+            summary = self._finish("interrupted" if interrupted else "completed")
+            out.write_summary(summary)
+        finally:
+            out.release()
+        if interrupted is not None:
+            interrupted.summary = summary
+            raise interrupted
+        return {**summary, "table": self.table(summary)}
+
+    # ------------------------------------------------------------------ groups
+    def _checkpoints(self, group: Group) -> Checkpointer | None:
+        directory = self.root / "checkpoints" / group.label
+        if self.cfg.save_interval == 0 and not directory.is_dir():
+            return None
+        return Checkpointer(directory, keep=self.cfg.keep_checkpoints)
+
+    def _meta(self, group: Group, runs: Sequence[MemberRun] = ()) -> dict[str, Any]:
+        """The config a group's checkpoints carry: the sweep, its members, which failed."""
+        return {
+            "sweep": self.spec,
+            "group": group.label,
+            "members": [m.name for m in group.members],
+            "non_finite": {r.member.name: r.error for r in runs if r.status == "non_finite"},
+        }
+
+    def _start(
+        self, group: Group, checkpoints: Checkpointer | None, resume: bool
+    ) -> tuple[int, dict[str, str]]:
+        """(first epoch, the members stopped by nan_guard) of a group: its latest
+        checkpoint's when resuming; else 0, after refusing an unfinished sweep."""
+        latest = checkpoints.latest() if checkpoints is not None else None
+        if checkpoints is None or latest is None:
+            return 0, {}
+        info = checkpoints.info(latest)
+        if not resume:
+            if latest < info.num_epochs:
+                raise CheckpointError(
+                    f"{str(self.root)!r} holds an unfinished sweep ({group.label}: checkpoint of "
+                    f"epoch {latest} of {info.num_epochs}): continue it with `jaxrl-engine sweep "
+                    f"--resume {self.root}` (in Python: `jre.resume_sweep(path)`), or delete the "
+                    "directory (or choose another name=) to start over"
+                )
+            return 0, {}
+        names = [m.name for m in group.members]
+        if info.config.get("members") != names:
+            raise CheckpointError(
+                f"checkpoint {str(info.path)!r} holds the members {info.config.get('members')}, "
+                f"not {names} as {SPEC_FILE} says"
+            )
+        return latest, dict(info.config.get("non_finite") or {})
+
+    def _run_group(
+        self,
+        group: Group,
+        checkpoints: Checkpointer | None,
+        start: tuple[int, dict[str, str]],
+        num_epochs: int | None,
+        show: SweepProgress,
+    ) -> None:
+        """Train one group to `num_epochs`; write its members' summaries (and policies)."""
+        programs, engine = group.programs, group.programs.engine
+        first, failed = start
+        total = engine.num_epochs if num_epochs is None else num_epochs
+        if first >= total and all(
+            _read_summary(self.root / m.name).get("status") in ("completed", "non_finite")
+            for m in group.members
+        ):
+            print(
+                f"jaxrl-engine: {self.root}: {group.label} is finished (epoch {first} of "
+                f"{total}); its members are unchanged",
+                file=sys.stderr,
+            )
+            return
+        if first == 0 and checkpoints is not None and checkpoints.latest() is not None:
+            print(
+                f"jaxrl-engine: {self.root} held a finished sweep; starting {group.label} over "
+                "(its metrics and checkpoints are replaced)",
+                file=sys.stderr,
+            )
+            checkpoints.delete_all()
+        runs: list[MemberRun] = []
+        try:
+            for member in group.members:
+                runs.append(MemberRun(member, RunDir(self.root / member.name, member.cfg)))
+            for run in runs:
+                run.open(first, failed.get(run.member.name))
+            if checkpoints is not None and first > 0:
+                state, _ = checkpoints.restore(programs, first, config=self._meta(group, runs))
+            else:
+                state = programs.init(
+                    [m.seed for m in group.members],
+                    [m.cfg.algo.hparams(engine.spec) for m in group.members],
+                )
+            self.compile_s += programs.compile()
+            raise_if_stopped()
+            show.start(group.label, len(runs), first, total)
+            self._train(group, runs, state, checkpoints, first, total, show)
+        finally:
+            for run in runs:
+                run.out.close()
+
+    def _train(
+        self,
+        group: Group,
+        runs: list[MemberRun],
+        state: EngineState,
+        checkpoints: Checkpointer | None,
+        first: int,
+        total: int,
+        show: SweepProgress,
+    ) -> None:
+        engine, save = group.programs.engine, self.cfg.save_interval
+        done, saved, began = first, first, time.perf_counter()
+        checkpoint: Path | None = None
+        with stop_on_signals(checkpoints=checkpoints is not None) as stop:
+            while done < total:
+                n = self._chunk_length(engine, done, total)
+                training = sum(r.status == "running" for r in runs)
+                state = self._chunk(group, runs, state, done, n, total)
+                done += n
+                self.steps_trained += training * n * engine.steps_per_epoch
+                if checkpoints is not None and (done % save == 0 or done == total):
+                    checkpoint, saved = self._save(group, runs, state, checkpoints, done), done
+                elapsed = time.perf_counter() - began
+                rate = (done - first) * len(runs) * engine.steps_per_epoch / max(elapsed, 1e-9)
+                finals = [r.final_eval for r in runs if r.status == "running"]
+                finite = [f for f in finals if math.isfinite(f)]
+                show.update(done, rate, float(np.mean(finite)) if finite else math.nan)
+                if stop.signame is not None and done < total:
+                    if checkpoints is not None and saved != done:
+                        checkpoint = self._save(group, runs, state, checkpoints, done)
+                    self.train_s += time.perf_counter() - began
+                    self._end(group, runs, state, checkpoint, "interrupted")
+                    raise TrainingInterrupted(stop.signame, done, state, checkpoint, {})
+        self.train_s += time.perf_counter() - began
+        self._end(group, runs, state, checkpoint, "completed")
+
+    def _chunk_length(self, engine: Any, done: int, total: int) -> int:
+        """Epochs to the next evaluation, checkpoint or the end (at most `epochs_per_call`)."""
+        boundaries = [total, (done // engine.eval_interval + 1) * engine.eval_interval]
+        if self.cfg.save_interval:
+            boundaries.append((done // self.cfg.save_interval + 1) * self.cfg.save_interval)
+        return int(min(min(boundaries) - done, engine.epochs_per_call))
+
+    def _chunk(
+        self,
+        group: Group,
+        runs: list[MemberRun],
+        state: EngineState,
+        start: int,
+        n: int,
+        total: int,
+    ) -> EngineState:
+        """`n` epochs of every member, the evaluation when one is due, the records logged (a
+        member whose guard fires stops logging there)."""
+        programs, engine = group.programs, group.programs.engine
+        state, table, ran = jax.block_until_ready(programs.epochs(state, n))
+        table, ran = jax.device_get((table, ran))
+        done = start + n
+        evaluation: dict[str, Any] = {}
+        if done % engine.eval_interval == 0 or done == total:
+            state, evaluation = programs.evaluate(state)
+            evaluation = jax.device_get(evaluation)
+        wall_s = time.perf_counter() - self.wall_start
+        for i, run in enumerate(runs):
+            for row in range(int(ran[i]) if run.status == "running" else 0):
+                epoch = start + row + 1
+                metrics = {k: v[i, row] for k, v in table.items()}
+                if row == n - 1:
+                    metrics.update({k: v[i] for k, v in evaluation.items()})
+                try:
+                    check_guards(metrics, engine.guarded_names, epoch)
+                except NonFiniteError as e:
+                    run.status, run.error = "non_finite", str(e)
+                    print(f"jaxrl-engine: sweep member {run.member.name}: {e}", file=sys.stderr)
+                    break
+                run.log(
+                    {
+                        "epoch": epoch,
+                        "env_steps": epoch * engine.steps_per_epoch,
+                        "wall_s": wall_s,
+                        **{
+                            k: float(np.asarray(v))
+                            for k, v in metrics.items()
+                            if not k.startswith("guard/")
+                        },
+                    }
+                )
+        return state
+
+    def _save(
+        self,
+        group: Group,
+        runs: list[MemberRun],
+        state: EngineState,
+        checkpoints: Checkpointer,
+        epoch: int,
+    ) -> Path:
+        return checkpoints.save(
+            state,
+            config=self._meta(group, runs),
+            metrics_lines=[],  # each member's records are in its own metrics.jsonl
+            num_epochs=group.programs.engine.num_epochs,
+            epoch=epoch,
+        )
+
+    def _end(
+        self,
+        group: Group,
+        runs: list[MemberRun],
+        state: EngineState,
+        checkpoint: Path | None,
+        status: str,
+    ) -> None:
+        """Each member's summary.json; the policy of each completed member."""
+        engine = group.programs.engine
+        for i, run in enumerate(runs):
+            member = run.member
+            summary = {
+                "name": member.name,
+                "status": "non_finite" if run.status == "non_finite" else status,
+                "final_eval_return": run.final_eval,
+                "epochs": run.epochs,
+                "env_steps": run.epochs * engine.steps_per_epoch,
+                "requested_env_steps": member.cfg.total_env_steps,
+                "wall_s": time.perf_counter() - self.wall_start,
+                "run_dir": str(run.out.path),
+                "checkpoint": None if checkpoint is None else str(checkpoint),
+                "sweep": str(self.root),
+                "seed": member.seed,
+                "settings": member.settings,
+                **({"error": run.error} if run.error else {}),
+            }
+            run.out.write_summary(summary)
+            if summary["status"] != "completed":
+                continue
+            params = member_state(state, i).eval_params
+            try:
+                export_policy(engine, params, run.out.path / POLICY_DIR)
+            except ExportError as e:
+                warnings.warn(f"{member.name}: policy not exported: {e}", stacklevel=2)
+
+    # ----------------------------------------------------------------- results
+    def _finish(self, status: str) -> dict[str, Any]:
+        """sweep.csv from the members' summaries; the sweep's summary with the per-setting
+        statistics of the final evaluation return over seeds."""
+        grid_keys = list(self.spec["grid"])
+        rows: list[dict[str, Any]] = []
+        by_setting: dict[str, list[float]] = {}
+        for group in self.groups:
+            for member in group.members:
+                summary = _read_summary(self.root / member.name)
+                final = summary.get("final_eval_return")
+                rows.append(
+                    {
+                        "member": member.name,
+                        "seed": member.seed,
+                        **{k: _cell(member.settings[k]) for k in grid_keys},
+                        "status": summary.get("status", "not_run"),
+                        "final_eval_return": final,
+                        "epochs": summary.get("epochs"),
+                        "env_steps": summary.get("env_steps"),
+                        "program": group.label,
+                    }
+                )
+                returns = by_setting.setdefault(member.setting, [])
+                if summary.get("status") == "completed" and isinstance(final, int | float):
+                    returns.append(float(final))
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+        atomic_write(self.root / CSV_FILE, text.getvalue())
+        members = len(rows)
+        return {
+            "name": self.cfg.name,
+            "status": status,
+            "members": members,
+            "programs": len(self.groups),
+            "completed": sum(r["status"] == "completed" for r in rows),
+            "non_finite": [r["member"] for r in rows if r["status"] == "non_finite"],
+            "env_steps": sum(r["env_steps"] or 0 for r in rows),
+            "steps_per_second": self.steps_trained / self.train_s if self.train_s else None,
+            "train_s": self.train_s,
+            "compile_s": self.compile_s,
+            "wall_s": time.perf_counter() - self.wall_start,
+            "run_dir": str(self.root),
+            "csv": str(self.root / CSV_FILE),
+            "settings": [
+                {
+                    "setting": setting,
+                    "seeds": len(returns),
+                    "mean": float(np.mean(returns)) if returns else None,
+                    "std": float(np.std(returns, ddof=1)) if len(returns) > 1 else None,
+                    "iqm": iqm(returns) if returns else None,
+                }
+                for setting, returns in by_setting.items()
+            ],
+        }
+
+    @staticmethod
+    def table(summary: dict[str, Any]) -> str:
+        """The per-setting table of final eval returns over seeds, and the aggregate rate."""
+        width = max(len("setting"), *(len(s["setting"]) for s in summary["settings"]))
+
+        def number(value: float | None) -> str:
+            return f"{value:>10.2f}" if value is not None else f"{'-':>10}"
+
+        lines = [f"{'setting':<{width}}  {'seeds':>5}  {'mean':>10}  {'std':>10}  {'IQM':>10}"]
+        for s in summary["settings"]:
+            lines.append(
+                f"{s['setting']:<{width}}  {s['seeds']:>5}  {number(s['mean'])}  "
+                f"{number(s['std'])}  {number(s['iqm'])}"
+            )
+        rate = summary["steps_per_second"]
+        lines.append(
+            f"{summary['members']} members in {summary['programs']} compiled program(s); "
+            + (
+                f"{rate:,.0f} env steps/s over all members ({summary['train_s']:.1f} s training, "
+                f"{summary['compile_s']:.1f} s compiling)"
+                if rate is not None
+                else "nothing left to train"
+            )
+        )
+        return "\n".join(lines)
+
+
+def _cell(value: Any) -> Any:
+    """A grid value as a CSV cell: numbers and strings as they are, lists as JSON."""
+    return value if isinstance(value, int | float | str) else json.dumps(value)
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
