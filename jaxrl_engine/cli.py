@@ -164,14 +164,21 @@ def _sweep(args: argparse.Namespace) -> int:
     config, items = None, list(args.items)
     if items and "=" not in items[0]:
         config = items.pop(0)
-    if args.resume is not None and (config is not None or items or args.split_static):
+    job = [item for item in items if item.startswith("distributed.")]  # the process's job
+    if args.resume is not None and (
+        config is not None or len(job) < len(items) or args.split_static
+    ):
         return _fail(
             "--resume continues the sweep with its own config, seeds and grid (its sweep.json); "
-            "drop the config file, the key=value items and --split-static",
+            "drop the config file, the key=value items (but distributed.*) and --split-static",
             EXIT_BAD_INPUT,
         )
     run: Path | None = Path(args.resume) if args.resume is not None else None
     try:
+        from jaxrl_engine.distributed.multihost import join
+        from jaxrl_engine.io.config import load_distributed
+
+        join(load_distributed(config, job))  # before anything starts JAX
         if args.resume is not None:
             from jaxrl_engine.compose import resume_sweep
 
@@ -327,10 +334,10 @@ def _launch(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if not command or command[0] != "train":
+    if not command or command[0] not in ("train", "sweep"):
         return _fail(
-            "launch runs a train command as several processes: jaxrl-engine launch -n 2 "
-            "[--cpu-devices 2] -- train [CONFIG] [key=value ...]",
+            "launch runs a train or sweep command as several processes: jaxrl-engine launch "
+            "-n 2 [--cpu-devices 2] -- train|sweep [CONFIG] [key=value ...]",
             EXIT_BAD_INPUT,
         )
     if args.processes < 1 or (args.cpu_devices is not None and args.cpu_devices < 1):
@@ -341,7 +348,7 @@ def _launch(args: argparse.Namespace) -> int:
 def _add_launch_verb(verbs: argparse._SubParsersAction) -> None:
     launch = verbs.add_parser(
         "launch",
-        help="run a train command as N processes of one job on this machine (loopback)",
+        help="run a train or sweep command as N processes of one job on this machine",
         description="Starts N processes of `jaxrl-engine COMMAND`, each with distributed.* "
         "set to join one job over 127.0.0.1; when one fails the others are stopped. On a "
         "cluster, start one process per task yourself (see examples/slurm/).",
@@ -356,7 +363,7 @@ def _add_launch_verb(verbs: argparse._SubParsersAction) -> None:
     launch.add_argument(
         "--port", type=int, default=0, help="coordinator port (default: a free one)"
     )
-    launch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- train ...")
+    launch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- train|sweep ...")
 
 
 USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export, "launch": _launch}

@@ -367,12 +367,6 @@ def resume_sweep(
 
 def _sweep_driver(cfg: Config, groups: list[list[Any]], spec: dict[str, Any]) -> SweepDriver:
     """Every group's mesh and engine, checked before anything is compiled."""
-    if jax.process_count() > 1:
-        raise ConfigError(
-            "a sweep runs in one process (its members sharded over that process's devices); "
-            f"this is process {jax.process_index()} of a {jax.process_count()}-process job: "
-            "run the sweep without distributed.*"
-        )
     built = []
     for g, members in enumerate(groups):
         mesh = sweep_mesh(cfg.mesh, len(members))

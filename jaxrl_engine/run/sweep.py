@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
+from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.distributed.sweep import Member, SweepPrograms, member_state
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
@@ -155,6 +156,7 @@ class SweepDriver:
         self.compile_s = self.train_s = 0.0
         self.steps_trained = 0  # env steps trained by this call, all members
         self.wall_start = time.perf_counter()
+        self.primary = is_primary()
 
     def run(
         self, *, num_epochs: int | None = None, progress: bool | None = None, resume: bool = False
@@ -168,8 +170,10 @@ class SweepDriver:
         Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summaries written).
         """
         self.wall_start = time.perf_counter()
-        out = RunDir(self.root, self.cfg)  # the sweep's lock; no symlinks anywhere inside
-        show = SweepProgress(self.cfg.progress if progress is None else progress)
+        # The sweep's lock, no symlinks anywhere inside; in a multi-process job process 0
+        # writes the directory (the others read it and join the checkpoints and gathers).
+        out = RunDir(self.root, self.cfg, writer=self.primary)
+        show = SweepProgress((self.cfg.progress if progress is None else progress) and self.primary)
         interrupted: TrainingInterrupted | None = None
         checkpoints: list[Checkpointer | None] = []
         try:
@@ -179,7 +183,8 @@ class SweepDriver:
                 starts = [
                     self._start(g, c, resume) for g, c in zip(self.groups, checkpoints, strict=True)
                 ]
-                atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
+                if self.primary:
+                    atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
                 for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
                     try:
                         self._run_group(group, chk, start, num_epochs, show)
@@ -274,7 +279,8 @@ class SweepDriver:
         runs: list[MemberRun] = []
         try:
             for member in group.members:
-                runs.append(MemberRun(member, RunDir(self.root / member.name, member.cfg)))
+                out = RunDir(self.root / member.name, member.cfg, writer=self.primary)
+                runs.append(MemberRun(member, out))
             for run in runs:
                 run.open(first, failed.get(run.member.name))
             if checkpoints is not None and first > 0:
@@ -348,12 +354,12 @@ class SweepDriver:
         member whose guard fires stops logging there)."""
         programs, engine = group.programs, group.programs.engine
         state, table, ran = jax.block_until_ready(programs.epochs(state, n))
-        table, ran = jax.device_get((table, ran))
+        table, ran = to_host((table, ran))  # (gathered from every process of a job)
         done = start + n
         evaluation: dict[str, Any] = {}
         if done % engine.eval_interval == 0 or done == total:
             state, evaluation = programs.evaluate(state)
-            evaluation = jax.device_get(evaluation)
+            evaluation = to_host(evaluation)
         wall_s = time.perf_counter() - self.wall_start
         for i, run in enumerate(runs):
             for row in range(int(ran[i]) if run.status == "running" else 0):
@@ -427,7 +433,9 @@ class SweepDriver:
             run.out.write_summary(summary)
             if summary["status"] != "completed":
                 continue
-            params = member_state(state, i).eval_params
+            params = to_host(member_state(state, i).eval_params)  # (collective)
+            if not self.primary:
+                continue
             try:
                 export_policy(engine, params, run.out.path / POLICY_DIR)
             except ExportError as e:
@@ -463,7 +471,8 @@ class SweepDriver:
         writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
-        atomic_write(self.root / CSV_FILE, text.getvalue())
+        if self.primary:
+            atomic_write(self.root / CSV_FILE, text.getvalue())
         members = len(rows)
         return {
             "name": self.cfg.name,

@@ -184,6 +184,32 @@ def _listing(path: Path) -> list[Path]:
     return list(path.iterdir()) if path.is_dir() else []
 
 
+@pytest.mark.multidevice
+def test_a_sweep_over_two_processes_equals_it_in_one(tmp_path):
+    """2 seeds x 2 learning rates: the member axis over 2 processes x 2 devices, then in one
+    process with 4 devices; every member's final params are the same."""
+    common = [
+        *[item for item in TINY if not item.startswith(("total_env_steps", "save_interval"))],
+        "total_env_steps=1024",
+        "save_interval=4",
+        "seeds=0..1",
+        "algo.lr=[0.0003,0.001]",
+        f"run_dir={tmp_path}",
+    ]
+    launched = cli(
+        ["launch", "-n", "2", "--cpu-devices", "2", "--", "sweep", *common, "name=two"], 4
+    )
+    cli(["sweep", *common, "name=one"], 4)
+    summary = json.loads(launched.stdout.strip().splitlines()[-1])
+    assert summary["members"] == 4 and summary["completed"] == 4
+    members = sorted(p.name for p in (tmp_path / "one").iterdir() if p.name.startswith("seed"))
+    assert len(members) == 4
+    for member in members:
+        assert_same_params(params(tmp_path / "two" / member), params(tmp_path / "one" / member))
+    rows = (tmp_path / "two" / "sweep.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 4
+
+
 def test_launch_stops_and_reports_a_failing_job(tmp_path):
     """Every process refuses a bad key: the launcher returns their exit status (2)."""
     proc = subprocess.run(
