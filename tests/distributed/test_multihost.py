@@ -234,3 +234,55 @@ def test_distributed_keys_are_checked_before_jax_starts():
     )
     assert proc.returncode == 2
     assert "config key 'distributed.coordinator': 'localhost' is not HOST:PORT" in proc.stderr
+
+
+SLURM_TWO_TASKS = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_STEP_NODELIST": "node[1-2]",
+    "SLURM_NTASKS": "2",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "0",
+}
+
+
+@pytest.mark.parametrize(
+    ("environ", "launch"),
+    [
+        ({}, None),
+        (SLURM_TWO_TASKS, "SLURM"),
+        ({**SLURM_TWO_TASKS, "SLURM_NTASKS": "1"}, None),  # a one-task job: one process
+        ({k: v for k, v in SLURM_TWO_TASKS.items() if k != "SLURM_STEP_NODELIST"}, None),
+        (
+            {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:1", "OMPI_COMM_WORLD_SIZE": "4"},
+            "Open MPI",
+        ),
+        ({"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:1", "OMPI_COMM_WORLD_SIZE": "1"}, None),
+    ],
+)
+def test_a_cluster_launch_is_read_from_the_environment(environ, launch):
+    from jaxrl_engine.distributed.multihost import cluster_launch
+
+    assert cluster_launch(environ) == launch
+
+
+def test_joining_after_jax_started_is_refused_and_one_process_needs_no_join():
+    """In this (pytest) process JAX has started: a job to join is a clear error naming the fix;
+    settings that describe no job leave it alone."""
+    import jax.numpy as jnp
+
+    import jaxrl_engine as jre
+    from jaxrl_engine.distributed import join
+
+    jnp.zeros(1).block_until_ready()  # JAX has started
+    none = jre.load_distributed(None, ["distributed.auto=false"])
+    assert join(none) is False
+    job = jre.load_distributed(
+        None,
+        [
+            "distributed.coordinator=127.0.0.1:1",
+            "distributed.num_processes=2",
+            "distributed.process_id=0",
+        ],
+    )
+    with pytest.raises(jre.ConfigError, match="JAX has already started in this process"):
+        join(job)
