@@ -175,6 +175,8 @@ def build(
         num_epochs=num_epochs(cfg),
         eval_env_params=eval_params,
         eval_envs=cfg.eval.num_envs,
+        eval_episodes=cfg.eval.episodes,
+        eval_deterministic=cfg.eval.deterministic,
         eval_interval=cfg.eval.interval,
         mesh=mesh,
         phases=phases,

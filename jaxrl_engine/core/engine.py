@@ -52,7 +52,9 @@ class Engine:
 
     env, algorithm: the two protocols. num_envs: envs in rollout (sharded over the `data` mesh
     axis); num_steps: rollout steps per env per epoch; num_epochs: the run's length (the
-    driver's default and `make_train`'s). eval_envs: episodes per evaluation; eval_interval:
+    driver's default and `make_train`'s). eval_envs: evaluation envs; eval_episodes: episodes
+    per evaluation (default eval_envs; more run in rounds); eval_deterministic: greedy actions
+    in evaluation (else sampled); eval_interval:
     epochs between evaluations. phases: replacements for any of the five default phases
     (`state -> (state, metrics)`); hooks: per phase, user hooks (outermost). offload:
     RLightning's placement (`core.offload`); nan_guard: stop at the first non-finite value.
@@ -71,6 +73,8 @@ class Engine:
         eval_env_params: Any = None,
         eval_envs: int = 16,
         eval_interval: int = 10,
+        eval_episodes: int | None = None,
+        eval_deterministic: bool = True,
         mesh: Mesh | None = None,
         phases: Mapping[str, Phase] | None = None,
         hooks: Mapping[str, Sequence[Hook]] | None = None,
@@ -85,6 +89,8 @@ class Engine:
         self.num_envs, self.num_steps, self.num_epochs = num_envs, num_steps, num_epochs
         self.steps_per_epoch = num_steps * num_envs
         self.eval_envs, self.eval_interval = eval_envs, eval_interval
+        self.eval_episodes = eval_envs if eval_episodes is None else eval_episodes
+        self.eval_deterministic = eval_deterministic
         self.offload, self.nan_guard, self.driver = offload, nan_guard, driver
         self.mesh = mesh if mesh is not None else data_mesh()
         for key, n in (("num_envs", num_envs), ("eval_envs", eval_envs)):
@@ -98,7 +104,15 @@ class Engine:
         self._compiled: dict[str, Any] = {}
 
         self.builder = PhaseBuilder(
-            env, algorithm, self.env_params, self.eval_env_params, num_envs, num_steps, eval_envs
+            env,
+            algorithm,
+            self.env_params,
+            self.eval_env_params,
+            num_envs,
+            num_steps,
+            eval_envs,
+            self.eval_episodes,
+            eval_deterministic,
         )
         unknown = sorted(set(phases or {}) - set(PHASES))
         if unknown:

@@ -62,6 +62,12 @@ def episode_stats(
     }
 
 
+def interquartile_mean(x: jax.Array) -> jax.Array:
+    """The mean of the middle 50% of `x` (rliable's IQM: `len(x) // 4` dropped at each end)."""
+    cut = x.shape[0] // 4
+    return jnp.sort(x)[cut : x.shape[0] - cut].mean()
+
+
 def reset_batch(env: Env, key: jax.Array, params: Any, n: int) -> tuple[jax.Array, Any]:
     """`n` envs reset: vmapped over `n` keys, or one call for a `batched` env (a host env
     steps its whole batch at once)."""
@@ -83,13 +89,23 @@ def evaluate_episodes(
     policy: Callable[[jax.Array, jax.Array], jax.Array],
     num_episodes: int,
     key: jax.Array,
+    episodes: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Returns and lengths (`[num_episodes]`) of one episode per env, each to its end or the
-    env's step limit. policy: `policy(obs [n, *obs_shape], key) -> action` as the env takes it.
+    """Returns and lengths (`[episodes]`) of evaluation episodes, each to its end or the env's
+    step limit, on `num_episodes` envs: one round of one episode per env, or (`episodes` more
+    than the envs) `ceil(episodes / num_episodes)` rounds of fresh episodes, the first
+    `episodes` kept. policy: `policy(obs [n, *obs_shape], key) -> action` as the env takes it.
 
     The one evaluation loop: the engine's `evaluate` phase and `jaxrl-engine eval` (an
     exported policy) both run it.
     """
+    if episodes is not None and episodes != num_episodes:
+        rounds = -(-episodes // num_episodes)
+        keys = jax.random.split(key, rounds)
+        ret, length = jax.lax.map(
+            lambda k: evaluate_episodes(env, env_params, policy, num_episodes, k), keys
+        )
+        return ret.reshape(-1)[:episodes], length.reshape(-1)[:episodes]
     max_steps = env.spec(env_params).max_episode_steps
     k_reset, k_steps = jax.random.split(key)
     obs, env_state = reset_batch(env, k_reset, env_params, num_episodes)
@@ -121,6 +137,8 @@ class PhaseBuilder:
     num_envs: int
     num_steps: int
     eval_envs: int
+    eval_episodes: int | None = None  # (None: eval_envs)
+    eval_deterministic: bool = True
 
     @property
     def spec(self) -> EnvSpec:
@@ -180,17 +198,21 @@ class PhaseBuilder:
         return state, metrics
 
     def evaluate(self, state: EngineState) -> tuple[EngineState, Metrics]:
-        """Deterministic actions on fresh eval envs (own env params); state is not advanced."""
-        algo, spec = self.algorithm, self.spec
+        """`eval_episodes` episodes on fresh eval envs (own env params), greedy actions unless
+        `eval_deterministic` is off; the state is not advanced. Returns mean, std and IQM."""
+        algo, spec, greedy = self.algorithm, self.spec, self.eval_deterministic
 
         def policy(obs: jax.Array, key: jax.Array) -> jax.Array:
-            return spec.action.clip(algo.act(state.eval_params, obs, key, True)[0])
+            return spec.action.clip(algo.act(state.eval_params, obs, key, greedy)[0])
 
         key = jax.random.fold_in(state.rng, EVAL_STREAM)
-        ret, length = evaluate_episodes(self.env, self.eval_env_params, policy, self.eval_envs, key)
+        ret, length = evaluate_episodes(
+            self.env, self.eval_env_params, policy, self.eval_envs, key, self.eval_episodes
+        )
         return state, {
             "evaluate/episode_return": ret.mean(),
             "evaluate/episode_return_std": ret.std(),
+            "evaluate/episode_return_iqm": interquartile_mean(ret),
             "evaluate/episode_length": length.mean().astype(jnp.float32),
         }
 

@@ -134,7 +134,17 @@ class EnvConfig(Strict):
 
 
 class EvalConfig(Strict):
-    num_envs: int = Field(16, gt=0, description="episodes per evaluation (one per env)")
+    num_envs: int = Field(16, gt=0, description="evaluation envs (one episode each per round)")
+    episodes: int | None = Field(
+        None,
+        gt=0,
+        description="episodes per evaluation (null: eval.num_envs); more than eval.num_envs "
+        "runs rounds of eval.num_envs fresh episodes",
+    )
+    deterministic: bool = Field(
+        True,
+        description="act greedily (argmax, or the Gaussian mean); false: sample as in training",
+    )
     interval: int = Field(10, gt=0, description="evaluate every this many epochs (and at the end)")
     env_params: dict[str, float | int | bool | str] = Field(
         default_factory=dict,

@@ -77,6 +77,9 @@ class RunInfo:
             "name": self.cfg.name,
             "status": self.status,
             "final_eval_return": self.final_eval,
+            # what final_eval_return is: the mean over this many episodes, greedy or sampled
+            "eval_episodes": self.engine.eval_episodes,
+            "eval_policy": "deterministic" if self.engine.eval_deterministic else "stochastic",
             "epochs": self.done,
             "env_steps": self.done * self.engine.steps_per_epoch,
             "requested_env_steps": self.cfg.total_env_steps,

@@ -1,0 +1,74 @@
+"""Evaluation options: `eval.episodes` (rounds of fresh episodes when more than the envs),
+`eval.deterministic` (greedy or sampled actions), mean/std/IQM, and what the summary says."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine.core.phases import evaluate_episodes, interquartile_mean
+from jaxrl_engine.envs.gymnax_env import make_env
+from tests.conftest import small_config
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 7, 8, 16, 41])
+def test_interquartile_mean_is_rliables(n):
+    x = np.random.default_rng(n).normal(size=n).astype(np.float32)
+    cut = n // 4
+    expected = np.sort(x)[cut : n - cut].mean()
+    assert float(interquartile_mean(jnp.asarray(x))) == pytest.approx(expected, rel=1e-6)
+
+
+def test_more_episodes_than_envs_run_in_rounds_of_fresh_episodes():
+    env = make_env("CartPole-v1", None)
+
+    def policy(obs, key):
+        return jax.random.randint(key, (obs.shape[0],), 0, 2)
+
+    def run(key, episodes):
+        return jax.jit(lambda k: evaluate_episodes(env, env.params, policy, 8, k, episodes))(key)
+
+    key = jax.random.key(3)
+    ret, length = run(key, 20)
+    assert ret.shape == length.shape == (20,)
+    assert bool(jnp.all(length >= 1)) and bool(jnp.all(ret == length))  # reward 1 per step
+    # The rounds are different episodes (the second round is not the first one again).
+    assert not np.array_equal(np.asarray(ret[:8]), np.asarray(ret[8:16]))
+    one, _ = run(key, None)
+    assert one.shape == (8,)
+
+
+def test_stochastic_evaluation_samples_and_the_summary_says_which(tmp_path):
+    greedy = jre.build(small_config("eval.episodes=24", "eval.num_envs=8", tmp_path=tmp_path))
+    sampled = jre.build(
+        small_config(
+            "eval.episodes=24", "eval.num_envs=8", "eval.deterministic=false", tmp_path=tmp_path
+        )
+    )
+    assert (greedy.eval_episodes, greedy.eval_deterministic) == (24, True)
+    state = greedy.init(jax.random.key(0))
+    _, g = greedy.evaluate(state)
+    _, s = sampled.evaluate(state)
+    assert {"evaluate/episode_return_iqm", "evaluate/episode_return_std"} <= set(g)
+    # An untrained policy: greedy and sampled actions give other episodes.
+    assert float(g["evaluate/episode_return"]) != float(s["evaluate/episode_return"])
+    cfg = small_config(
+        "eval.episodes=24",
+        "eval.num_envs=8",
+        "eval.deterministic=false",
+        "total_env_steps=256",
+        "save_interval=0",
+        "progress=false",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    assert (summary["eval_episodes"], summary["eval_policy"]) == (24, "stochastic")
+
+
+def test_eval_episodes_must_be_positive():
+    with pytest.raises(jre.ConfigError, match=r"eval\.episodes"):
+        jre.load_config(None, ["eval.episodes=0"])
