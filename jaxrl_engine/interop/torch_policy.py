@@ -365,6 +365,7 @@ def build_torch_policy(
             hidden_sizes=hidden_sizes,
             activation=activation,
             acting_dtype=torch_cfg.acting_dtype,
+            conv=conv,
         )
     except UnsupportedModuleError as e:
         raise TorchPolicyError(f"{where}: {e}") from None
