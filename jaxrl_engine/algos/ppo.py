@@ -382,7 +382,8 @@ class PPOConfig(Strict):
     normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
     normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
     torch_policy: TorchPolicyConfig | None = Field(
-        None, description="act with a torch nn.Module (fast or universal path); null: flax MLPs"
+        None,
+        description="act with a torch nn.Module (fast or universal path); null: the flax networks",
     )
 
     def check(self, num_envs: int, total_env_steps: int) -> None:
