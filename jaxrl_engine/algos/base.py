@@ -51,6 +51,9 @@ class AlgoConfig(Protocol):
     def hparams(self, spec: EnvSpec) -> Any:
         """The default `HParams` for this config."""
 
+    # Optional: `check_observations(spec)`, a ValueError naming config keys when the networks
+    # do not fit the env's observations (PPO, DQN: `algo.torso=cnn` on non-images).
+
     def build(
         self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
     ) -> Algorithm:

@@ -21,8 +21,9 @@ from flax import struct
 from pydantic import Field
 
 from jaxrl_engine.algos.base import adam
-from jaxrl_engine.algos.networks import MLP
+from jaxrl_engine.algos.networks import torso_network
 from jaxrl_engine.algos.off_policy import OffPolicyConfig, Replay, ReplayBatch, Schedule
+from jaxrl_engine.algos.torso import TORSO_DESCRIPTION, CNNConfig, Torso, conv_spec
 from jaxrl_engine.buffers import replay as replay_buffer
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
@@ -224,6 +225,12 @@ class DQNConfig(OffPolicyConfig):
     exploration_fraction: float = Field(
         0.5, gt=0, le=1, description="fraction of the run over which epsilon decays"
     )
+    torso: Torso = Field("auto", description=TORSO_DESCRIPTION)
+    cnn: CNNConfig = Field(default_factory=CNNConfig)
+
+    def check_observations(self, spec: EnvSpec) -> None:
+        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
+        conv_spec(self.torso, self.cnn, spec)
 
     def hparams(self, spec: EnvSpec) -> DQNHParams:
         return DQNHParams(
@@ -245,8 +252,11 @@ class DQNConfig(OffPolicyConfig):
         self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
     ) -> Algorithm:
         if network is None:
-            network = MLP(
-                tuple(self.hidden_sizes), int(spec.action.num_actions or 0), self.activation
+            network = torso_network(
+                conv_spec(self.torso, self.cnn, spec),
+                self.hidden_sizes,
+                int(spec.action.num_actions or 0),
+                self.activation,
             )
         return dqn(
             network,

@@ -1,8 +1,9 @@
-"""Flax networks: MLP torsos and the PPO actor-critic heads (discrete and Gaussian)."""
+"""Flax networks: MLP and CNN torsos and the PPO actor-critic heads (discrete and Gaussian)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
@@ -29,19 +30,77 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
 
 
+@dataclass(frozen=True)
+class ConvSpec:
+    """The conv layers of a CNN torso: layer i has `channels[i]` filters of
+    `kernels[i] x kernels[i]` at stride `strides[i]`, VALID padding; `layout` is the axis order
+    of the observations ("hwc" or "chw")."""
+
+    channels: tuple[int, ...] = (16,)
+    kernels: tuple[int, ...] = (3,)
+    strides: tuple[int, ...] = (1,)
+    layout: str = "hwc"
+
+
+class CNN(nn.Module):
+    """Conv layers (NHWC, orthogonal init) and then the `MLP` on the flattened features."""
+
+    conv: ConvSpec
+    hidden_sizes: Sequence[int]
+    out_dim: int
+    activation: str = "relu"
+    out_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """x: [batch, H, W, C] ([batch, C, H, W] with layout "chw") -> [batch, out_dim]."""
+        act = ACTIVATIONS[self.activation]
+        if self.conv.layout == "chw":
+            x = x.transpose((0, 2, 3, 1))
+        for features, kernel, stride in zip(
+            self.conv.channels, self.conv.kernels, self.conv.strides, strict=True
+        ):
+            conv = nn.Conv(
+                features,
+                (kernel, kernel),
+                strides=(stride, stride),
+                padding="VALID",
+                kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
+            )
+            x = act(conv(x))
+        return MLP(self.hidden_sizes, self.out_dim, self.activation, self.out_scale)(x)
+
+
+def torso_network(
+    conv: ConvSpec | None,
+    hidden_sizes: Sequence[int],
+    out_dim: int,
+    activation: str,
+    out_scale: float = 1.0,
+) -> nn.Module:
+    """A `CNN` with these conv layers, or an `MLP` (on flattened observations) when None."""
+    if conv is None:
+        return MLP(tuple(hidden_sizes), out_dim, activation, out_scale)
+    return CNN(conv, tuple(hidden_sizes), out_dim, activation, out_scale)
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs. Discrete: logits; continuous: mean and state-free log-std."""
+    """Separate actor and critic networks (MLPs, or CNNs with `conv`). Discrete: logits;
+    continuous: mean and state-free log-std."""
 
     action_dim: int
     discrete: bool
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    conv: ConvSpec | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array | None, jax.Array]:
-        """obs: f32[batch, obs_dim] -> (logits or mean [batch, action_dim], log_std | None, value [batch])."""
-        head = MLP(self.hidden_sizes, self.action_dim, self.activation, out_scale=0.01)(obs)
-        value = MLP(self.hidden_sizes, 1, self.activation, out_scale=1.0)(obs)[..., 0]
+        """obs: f32[batch, *obs_shape] -> (logits or mean [batch, action_dim], log_std | None,
+        value [batch])."""
+        net = (self.conv, self.hidden_sizes)
+        head = torso_network(*net, self.action_dim, self.activation, out_scale=0.01)(obs)
+        value = torso_network(*net, 1, self.activation, out_scale=1.0)(obs)[..., 0]
         if self.discrete:
             return head, None, value
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))

@@ -23,12 +23,14 @@ from pydantic import Field, model_validator
 from jaxrl_engine.algos.base import adam
 from jaxrl_engine.algos.networks import (
     ActorCritic,
+    ConvSpec,
     categorical_entropy,
     categorical_log_prob,
     gaussian_entropy,
     gaussian_log_prob,
 )
 from jaxrl_engine.algos.normalize import RunningMeanStd
+from jaxrl_engine.algos.torso import TORSO_DESCRIPTION, CNNConfig, Torso, conv_spec
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 from jaxrl_engine.io.schema import Strict, check_int32_count, run_epochs
@@ -337,6 +339,12 @@ class TorchPolicyConfig(Strict):
         None, description="dtype of the acting copy sync_weights makes (null: as trained)"
     )
     torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the factory runs")
+    obs_layout: Literal["hwc", "chw"] | None = Field(
+        None,
+        description="axis order of image observations, passed to factories that take "
+        "obs_layout (torch_nets:cnn); null: the env's (gymnax, gymnasium: hwc; EnvPool: chw); "
+        "one that contradicts the env's is refused",
+    )
 
     @model_validator(mode="after")
     def _torch_learner_needs_torch_critic(self) -> TorchPolicyConfig:
@@ -369,10 +377,13 @@ class PPOConfig(Strict):
         default_factory=lambda: [64, 64], description="MLP widths (actor and critic)"
     )
     activation: Literal["tanh", "relu", "gelu", "silu"] = "tanh"
+    torso: Torso = Field("auto", description=TORSO_DESCRIPTION)
+    cnn: CNNConfig = Field(default_factory=CNNConfig)
     normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
     normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
     torch_policy: TorchPolicyConfig | None = Field(
-        None, description="act with a torch nn.Module (fast or universal path); null: flax MLPs"
+        None,
+        description="act with a torch nn.Module (fast or universal path); null: the flax networks",
     )
 
     def check(self, num_envs: int, total_env_steps: int) -> None:
@@ -384,6 +395,14 @@ class PPOConfig(Strict):
             f"env.num_envs), rounded up: {epochs}) * algo.update_epochs * algo.num_minibatches",
             epochs * self.update_epochs * self.num_minibatches,
         )
+
+    def check_observations(self, spec: EnvSpec) -> None:
+        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
+        self.conv(spec)
+
+    def conv(self, spec: EnvSpec) -> ConvSpec | None:
+        """The CNN torso's conv layers for `spec` (None: MLPs alone), from algo.torso/cnn."""
+        return conv_spec(self.torso, self.cnn, spec)
 
     def hparams(self, spec: EnvSpec) -> PPOHParams:
         return PPOHParams(
@@ -399,13 +418,15 @@ class PPOConfig(Strict):
     def build(
         self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
     ) -> Algorithm:
-        """network: an injected actor-critic; default the flax `ActorCritic`."""
+        """network: an injected actor-critic; default the flax `ActorCritic` (with the CNN
+        torso that `algo.torso` chooses)."""
         if network is None:
             network = ActorCritic(
                 action_dim=int(spec.action.num_actions or np.prod(spec.action.shape)),
                 discrete=spec.action.discrete,
                 hidden_sizes=tuple(self.hidden_sizes),
                 activation=self.activation,
+                conv=self.conv(spec),
             )
         return ppo(
             network,

@@ -53,6 +53,9 @@ class EnvSpec:
     obs_dtype: Any
     action: ActionSpec
     max_episode_steps: int
+    # Axis order of image (rank-3) observations: "hwc" (gymnax, gymnasium) or "chw" (EnvPool);
+    # None: not declared, read as "hwc".
+    obs_layout: str | None = None
 
 
 class Env(Protocol):

@@ -60,6 +60,8 @@ class EnvPoolEnv(GymnasiumEnv):
     """EnvPool `env_id` as a batched host env of `num_envs` training and `eval_envs`
     evaluation envs (see the module docstring); kwargs: `envpool.make` keyword arguments."""
 
+    image_layout = "chw"  # EnvPool's image observations are channels first (Atari: [4, 84, 84])
+
     def __init__(
         self,
         env_id: str,

@@ -100,6 +100,7 @@ class GymnasiumEnv:
     must be importable there, e.g. registered by a module the child imports)."""
 
     batched = True
+    image_layout = "hwc"  # gymnasium's image observations are [H, W, C]
 
     def __init__(
         self,
@@ -214,6 +215,7 @@ class GymnasiumEnv:
             obs_dtype=self.obs_dtype,
             action=self.action,
             max_episode_steps=self.eval_max_episode_steps if evaluating else self.max_episode_steps,
+            obs_layout=self.image_layout if len(self.obs_shape) == 3 else None,
         )
 
     # ------------------------------------------------------------------------- host side

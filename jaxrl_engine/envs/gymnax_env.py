@@ -107,6 +107,7 @@ class GymnaxEnv:
             obs_dtype=obs_space.dtype,
             action=action,
             max_episode_steps=int(params.max_steps_in_episode),
+            obs_layout="hwc" if len(obs_space.shape) == 3 else None,  # MinAtar: [10, 10, C]
         )
 
 

@@ -101,7 +101,7 @@ def unflatten_params(like: Any, flat: dict[str, Any]) -> Any:
 def torch_spec(engine: Engine, flat: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """What `torch_policy.Policy` needs to rebuild the actor; None if it is not a flax MLP."""
     network = engine.algo.static.get("network")
-    if not isinstance(network, ActorCritic):
+    if not isinstance(network, ActorCritic) or network.conv is not None:
         return None
     kernels = sorted(
         (n for n in flat if n.startswith("net.params.MLP_0.") and n.endswith(".kernel")),

@@ -10,7 +10,9 @@ layer's NCHW activations and OIHW weights are re-laid out inside the compiled ca
 XLA's choice for any NCHW convolution, not the bridge's.)
 
 Supported: `nn.Sequential` (nested) of Linear, Conv2d, LayerNorm, Flatten, Identity, Dropout
-(identity: acting is eval mode) and the activations in `ACTIVATIONS`. Anything else raises
+(identity: acting is eval mode), the activations in `ACTIVATIONS` and `torch_layers.ChannelsFirst`
+(a transpose: a CNN on [H, W, C] observations puts it before its first Conv2d, so the conv
+layers and the flatten before the first Linear see torch's NCHW order in both paths). Anything else raises
 `UnsupportedModuleError` naming the module and pointing to the universal path (any module,
 called through a callback). PyPI `torch2jax` 0.1.0 also translates modules with our pins (its
 t2j direction works; its j2t calls the removed `jax.dlpack.to_dlpack`); we keep this small
@@ -65,7 +67,7 @@ def _activations() -> dict[type, Callable[[Any], Callable[[jax.Array], jax.Array
 
 SUPPORTED = (
     "Sequential, Linear, Conv2d, LayerNorm, Flatten, Identity, Dropout, ReLU, Tanh, Sigmoid, "
-    "SiLU, GELU, ELU, LeakyReLU, Softplus, Mish, Softmax, LogSoftmax"
+    "SiLU, GELU, ELU, LeakyReLU, Softplus, Mish, Softmax, LogSoftmax, ChannelsFirst"
 )
 
 
@@ -133,6 +135,8 @@ def _flatten(m: torch.nn.Flatten) -> Layer:
 def _layers(module: torch.nn.Module, prefix: str) -> list[Layer]:
     from torch import nn
 
+    from jaxrl_engine.interop.torch_layers import ChannelsFirst
+
     if isinstance(module, nn.Sequential):
         out: list[Layer] = []
         for name, child in module.named_children():
@@ -146,6 +150,8 @@ def _layers(module: torch.nn.Module, prefix: str) -> list[Layer]:
         return [_layer_norm(prefix, module)]
     if type(module) is nn.Flatten:
         return [_flatten(module)]
+    if type(module) is ChannelsFirst:
+        return [lambda p, x: jnp.moveaxis(x, -1, -3)]
     activation = _activations().get(type(module))
     if activation is not None:
         fn = activation(module)

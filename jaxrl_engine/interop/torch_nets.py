@@ -44,12 +44,26 @@ def cnn(
     out_scale: float = 1.0,
     channels: Sequence[int] = (16, 32),
     hidden: int = 64,
+    obs_layout: str = "hwc",
+    in_channels: int | None = None,
 ) -> Any:
-    """Conv2d stack (3x3, stride 2) + LayerNorm + MLP head for [C, H, W] observations."""
+    """Conv2d stack (3x3, stride 2) + LayerNorm + MLP head for image observations.
+
+    obs_layout: the axis order of `in_shape`: "hwc" ([H, W, C], gymnax and gymnasium; a
+    `ChannelsFirst` layer comes first) or "chw" ([C, H, W], EnvPool). The engine passes the
+    env spec's layout, or `algo.torch_policy.obs_layout`. ValueError when the shape contradicts
+    the layout: `in_channels` (if given) is not the size of the layout's channel axis, or the
+    two axes the layout calls height and width are not square while the other pair is (e.g.
+    [10, 10, 4] read as chw would build Conv2d(10, ...) over 10x4 images).
+    """
     from torch import nn
 
-    c, h, w = in_shape
-    layers: list[nn.Module] = []
+    from jaxrl_engine.interop.torch_layers import ChannelsFirst
+
+    shape = tuple(int(n) for n in in_shape)
+    check_image_layout(shape, obs_layout, in_channels)
+    h, w, c = shape if obs_layout == "hwc" else (shape[1], shape[2], shape[0])
+    layers: list[nn.Module] = [ChannelsFirst()] if obs_layout == "hwc" else []
     for out_c in channels:
         layers += [_orthogonal(nn.Conv2d(c, out_c, 3, stride=2, padding=1), math.sqrt(2))]
         layers.append(nn.ReLU())
@@ -58,6 +72,32 @@ def cnn(
     layers += [_orthogonal(nn.Linear(c * h * w, hidden), math.sqrt(2)), nn.ReLU()]
     layers.append(_orthogonal(nn.Linear(hidden, out_dim), out_scale))
     return nn.Sequential(*layers)
+
+
+def check_image_layout(
+    shape: tuple[int, ...], obs_layout: str, in_channels: int | None = None
+) -> None:
+    """ValueError when image observations of `shape` cannot be in `obs_layout` (see `cnn`)."""
+    if obs_layout not in ("hwc", "chw"):
+        raise ValueError(f"obs_layout={obs_layout!r}: valid choices 'hwc', 'chw'")
+    if len(shape) != 3:
+        raise ValueError(
+            f"observations of shape {list(shape)} are not images ([H, W, C] or [C, H, W])"
+        )
+    channels = shape[2] if obs_layout == "hwc" else shape[0]
+    if in_channels is not None and in_channels != channels:
+        raise ValueError(
+            f"in_channels={in_channels}, but observations {list(shape)} read as "
+            f"{obs_layout} have {channels} channels"
+        )
+    other = "chw" if obs_layout == "hwc" else "hwc"
+    square_as_other = shape[1] == shape[2] if obs_layout == "hwc" else shape[0] == shape[1]
+    square_as_given = shape[0] == shape[1] if obs_layout == "hwc" else shape[1] == shape[2]
+    if square_as_other and not square_as_given:
+        raise ValueError(
+            f"observations {list(shape)} look {other} (a square image), not {obs_layout}: "
+            f"set algo.torch_policy.obs_layout={other}"
+        )
 
 
 def _orthogonal(layer: Any, gain: float) -> Any:

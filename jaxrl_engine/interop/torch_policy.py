@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_engine.algos.networks import ConvSpec, torso_network
 from jaxrl_engine.interop.convert import Params, UnsupportedModuleError, module_to_jax
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
 from jaxrl_engine.interop.torch_nets import TorchPolicyError, first_line
@@ -247,7 +248,8 @@ class TorchActorCritic:
     `init(key, obs)` -> `{"actor": ..., "critic": ..., ["log_std"]}` where the torch parts are
     the modules' current weights (copied into the state at init); `apply(params, obs)` ->
     `(logits or mean [batch, action_dim], log_std | None, value [batch])`, like `ActorCritic`.
-    acting_dtype: the dtype of the acting copy that `sync_weights` makes (None: as trained).
+    acting_dtype: the dtype of the acting copy that `sync_weights` makes (None: as trained);
+    conv: the flax critic's CNN torso (None: an MLP).
     """
 
     def __init__(
@@ -261,13 +263,12 @@ class TorchActorCritic:
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         acting_dtype: str | None = None,
+        conv: ConvSpec | None = None,
     ):
-        from jaxrl_engine.algos.networks import MLP
-
         self.actor_module, self.critic_module = actor, critic
         self.actor = TorchFunction(actor, path)
         self.critic = TorchFunction(critic, path) if critic is not None else None
-        self.flax_critic = MLP(tuple(hidden_sizes), 1, activation, out_scale=1.0)
+        self.flax_critic = torso_network(conv, hidden_sizes, 1, activation, out_scale=1.0)
         self.action_dim, self.discrete, self.path = action_dim, discrete, path
         self.acting_dtype = jnp.dtype(acting_dtype) if acting_dtype else None
 
@@ -310,11 +311,19 @@ class TorchActorCritic:
         return written
 
 
-def build_torch_policy(torch_cfg: Any, spec: Any, hidden_sizes: Sequence[int], activation: str):
-    """`TorchActorCritic` from an `algo.torch_policy` config section and the env spec.
+def build_torch_policy(
+    torch_cfg: Any,
+    spec: Any,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    conv: ConvSpec | None = None,
+):
+    """`TorchActorCritic` from an `algo.torch_policy` config section and the env spec
+    (`conv`: the flax critic's CNN torso, with `critic: jax`).
 
     Raises `TorchPolicyError` (a ValueError) before anything is traced when the factory cannot
-    be imported or called, or its modules do not fit the env (run once in torch to check).
+    be imported or called, its modules do not fit the env (run once in torch to check), or
+    `algo.torch_policy.obs_layout` contradicts the env's.
     """
     from jaxrl_engine.interop.torch_nets import mlp, resolve_factory
 
@@ -331,6 +340,9 @@ def build_torch_policy(torch_cfg: Any, spec: Any, hidden_sizes: Sequence[int], a
     if factory is mlp:  # the built-in MLP follows algo.hidden_sizes / algo.activation
         kwargs.setdefault("hidden_sizes", tuple(hidden_sizes))
         kwargs.setdefault("activation", activation)
+    layout = obs_layout(torch_cfg.obs_layout, spec)
+    if layout is not None and _takes(factory, "obs_layout"):
+        kwargs.setdefault("obs_layout", layout)
     call = functools.partial(_call_factory, factory, where, kwargs, dict(torch_cfg.kwargs))
     actor = call(spec.obs_shape, action_dim, 0.01)
     critic = call(spec.obs_shape, 1, 1.0) if torch_cfg.critic == "torch" else None
@@ -353,9 +365,34 @@ def build_torch_policy(torch_cfg: Any, spec: Any, hidden_sizes: Sequence[int], a
             hidden_sizes=hidden_sizes,
             activation=activation,
             acting_dtype=torch_cfg.acting_dtype,
+            conv=conv,
         )
     except UnsupportedModuleError as e:
         raise TorchPolicyError(f"{where}: {e}") from None
+
+
+def obs_layout(configured: str | None, spec: Any) -> str | None:
+    """The axis order of image observations: `algo.torch_policy.obs_layout`, else the env
+    spec's, else "hwc"; None for observations that are not images. TorchPolicyError when the
+    configured layout contradicts the one the env declares."""
+    if len(spec.obs_shape) != 3:
+        return None
+    declared = getattr(spec, "obs_layout", None)
+    if configured is not None and declared is not None and configured != declared:
+        raise TorchPolicyError(
+            f"algo.torch_policy.obs_layout={configured}, but env {spec.env_id} declares "
+            f"{declared} observations (shape {list(spec.obs_shape)}): leave it null, or set "
+            f"{declared}"
+        )
+    return configured or declared or "hwc"
+
+
+def _takes(factory: Any, name: str) -> bool:
+    """Whether `factory` has a parameter called `name`."""
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _call_factory(

@@ -374,6 +374,8 @@ class Config(Strict):
             GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
             spec = env.spec(params)
         _check_action_space(self.algo, self.env.id, spec.action)
+        if hasattr(self.algo, "check_observations"):  # e.g. algo.torso=cnn on non-images
+            self.algo.check_observations(spec)
         replay = getattr(self.algo, "buffer_size", 0) > per_epoch
         rows = self.algo.buffer_size if replay else per_epoch
         obs_bytes = rows * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize

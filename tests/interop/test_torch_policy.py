@@ -52,7 +52,8 @@ def _modules():
     return [
         ("mlp", mlp((6,), 4, 1.0), (6,)),
         ("activations", every_activation, (6,)),
-        ("cnn", cnn((3, 9, 9), 5, 1.0), (3, 9, 9)),
+        ("cnn", cnn((3, 9, 9), 5, 1.0, obs_layout="chw"), (3, 9, 9)),
+        ("cnn_hwc", cnn((9, 7, 3), 5, 1.0), (9, 7, 3)),
         ("conv", conv, (3, 9, 9)),
     ]
 
