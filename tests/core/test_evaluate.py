@@ -42,12 +42,10 @@ def test_more_episodes_than_envs_run_in_rounds_of_fresh_episodes():
 
 
 def test_stochastic_evaluation_samples_and_the_summary_says_which(tmp_path):
-    greedy = jre.build(small_config("eval.episodes=24", "eval.num_envs=8", tmp_path=tmp_path))
-    sampled = jre.build(
-        small_config(
-            "eval.episodes=24", "eval.num_envs=8", "eval.deterministic=false", tmp_path=tmp_path
-        )
-    )
+    common = ["eval.episodes=24", "eval.num_envs=8", "total_env_steps=256", "save_interval=0"]
+    greedy = jre.build(small_config(*common, tmp_path=tmp_path))
+    cfg = small_config(*common, "eval.deterministic=false", "progress=false", tmp_path=tmp_path)
+    sampled = jre.build(cfg)
     assert (greedy.eval_episodes, greedy.eval_deterministic) == (24, True)
     state = greedy.init(jax.random.key(0))
     _, g = greedy.evaluate(state)
@@ -55,17 +53,7 @@ def test_stochastic_evaluation_samples_and_the_summary_says_which(tmp_path):
     assert {"evaluate/episode_return_iqm", "evaluate/episode_return_std"} <= set(g)
     # An untrained policy: greedy and sampled actions give other episodes.
     assert float(g["evaluate/episode_return"]) != float(s["evaluate/episode_return"])
-    cfg = small_config(
-        "eval.episodes=24",
-        "eval.num_envs=8",
-        "eval.deterministic=false",
-        "total_env_steps=256",
-        "save_interval=0",
-        "progress=false",
-        tmp_path=tmp_path,
-    )
-    engine = jre.build(cfg)
-    _, summary = engine.run(engine.init(jax.random.key(0)))
+    _, summary = sampled.run(sampled.init(jax.random.key(0)))
     assert (summary["eval_episodes"], summary["eval_policy"]) == (24, "stochastic")
 
 

@@ -101,10 +101,10 @@ def test_two_processes_train_the_params_of_one_process_with_as_many_devices(runs
 
 
 @pytest.mark.multidevice
-@pytest.mark.parametrize("n_devices", [4, 1])
-def test_a_two_process_checkpoint_resumes_in_one_process(runs, tmp_path, n_devices):
+def test_a_two_process_checkpoint_resumes_in_one_process(runs, tmp_path):
     """The 2-process run's epoch-8 checkpoint (env state sharded over both processes, checked
-    by its sum64 checksums) continued by one process ends where the uninterrupted runs do."""
+    by its sum64 checksums) continued by one process with one device ends where the
+    uninterrupted runs do (1 process x 4 devices gave the same when tried)."""
     run = tmp_path / "two"
     subprocess.run(["cp", "-r", str(runs / "two"), str(run)], check=True)
     (run / "policy" / "params.npz").unlink()
@@ -113,7 +113,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(runs, tmp_path, n_devic
     assert ".env.obs" in sharded and all(
         leaf["crc32"] is None for leaf in meta["leaves"] if leaf["path"] in sharded
     )
-    cli(["train", "--resume", str(run), "--from-checkpoint", "8"], n_devices)
+    cli(["train", "--resume", str(run), "--from-checkpoint", "8"], 1)
     assert_same_params(params(run), params(runs / "one"))
 
 
