@@ -5,8 +5,9 @@ one table per section: top level, `env`, `eval`, `algo` for each algorithm, nest
 `tests/io/test_config_reference.py` checks that README.md holds exactly what `reference()`
 returns for the live schema.
 
-    .venv/bin/python -m jaxrl_engine.io.config_reference           # rewrite README.md's section
-    .venv/bin/python -m jaxrl_engine.io.config_reference --check   # exit 1 if it is stale
+    .venv/bin/python -m jaxrl_engine.io.config_reference                   # print it
+    .venv/bin/python -m jaxrl_engine.io.config_reference --write README.md # rewrite its section
+    .venv/bin/python -m jaxrl_engine.io.config_reference --check           # exit 1 if stale
 """
 
 from __future__ import annotations
@@ -164,20 +165,38 @@ def update(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("readme", nargs="?", default=str(README))
-    parser.add_argument("--check", action="store_true", help="exit 1 if the section is stale")
+    parser.add_argument(
+        "--write",
+        metavar="README",
+        help="rewrite the config-reference section of this file (e.g. README.md)",
+    )
+    parser.add_argument(
+        "--check",
+        nargs="?",
+        const=str(README),
+        metavar="README",
+        help="exit 1 if the section of this file (default: the repository's README.md) is stale",
+    )
     args = parser.parse_args(argv)
-    path = Path(args.readme)
+    if args.write is None and args.check is None:
+        print(reference(), end="")
+        return 0
+    path = Path(args.check if args.check is not None else args.write)
     text = path.read_text()
     new = update(text)
-    if args.check:
+    if args.check is not None:
         if new != text:
-            print(f"{path}: config reference is stale: python -m jaxrl_engine.io.config_reference")
+            print(
+                f"{path}: config reference is stale: python -m jaxrl_engine.io.config_reference "
+                f"--write {path}"
+            )
             return 1
         return 0
     if new != text:
         path.write_text(new)
-        print(f"{path}: config reference updated")
+        print(f"{path}: config reference updated", file=sys.stderr)
+    else:
+        print(f"{path}: config reference already up to date", file=sys.stderr)
     return 0
 
 
