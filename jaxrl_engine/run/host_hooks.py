@@ -87,8 +87,9 @@ class RunInfo:
             "train_s": now - self.train_start,
             "compile_s": self.compile_s,
             "steps_per_second": self.steps_per_second,
-            "run_dir": str(self.out.path),
-            "checkpoint": None if self.checkpoint is None else str(self.checkpoint),
+            # Both absolute, whatever run_dir was given as.
+            "run_dir": str(self.out.path.absolute()),
+            "checkpoint": None if self.checkpoint is None else str(self.checkpoint.absolute()),
             **self.extra,
         }
 

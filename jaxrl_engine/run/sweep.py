@@ -423,7 +423,7 @@ class SweepDriver:
                 "env_steps": run.epochs * engine.steps_per_epoch,
                 "requested_env_steps": member.cfg.total_env_steps,
                 "wall_s": time.perf_counter() - self.wall_start,
-                "run_dir": str(run.out.path),
+                "run_dir": str(run.out.path.absolute()),
                 "checkpoint": None if checkpoint is None else str(checkpoint),
                 "sweep": str(self.root),
                 "seed": member.seed,
@@ -486,8 +486,8 @@ class SweepDriver:
             "train_s": self.train_s,
             "compile_s": self.compile_s,
             "wall_s": time.perf_counter() - self.wall_start,
-            "run_dir": str(self.root),
-            "csv": str(self.root / CSV_FILE),
+            "run_dir": str(self.root.absolute()),
+            "csv": str((self.root / CSV_FILE).absolute()),
             "settings": [
                 {
                     "setting": setting,

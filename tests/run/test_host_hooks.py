@@ -92,3 +92,14 @@ def test_a_failing_host_hook_stops_the_run_and_still_closes_files(tmp_path):
     assert closed.events[-1] == ("close",)
     lines = (tmp_path / cfg.name / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]  # the chunk was logged
+
+
+def test_the_summary_paths_are_absolute_for_a_relative_run_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = small_config("run_dir=runs", "name=rel", "save_interval=2", "total_env_steps=128")
+    engine = jre.build(cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    run = tmp_path / "runs" / "rel"
+    assert summary["run_dir"] == str(run)
+    assert summary["checkpoint"] == str(run / "checkpoints" / "epoch_2")
+    assert json.loads((run / "summary.json").read_text())["run_dir"] == str(run)
