@@ -8,6 +8,7 @@
 
 # %%
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -109,4 +110,7 @@ ax.plot(eval_steps, returns.mean(0), color="black", linewidth=2, label="mean")
 ax.set_xlabel("env steps")
 ax.set_ylabel("eval return")
 ax.legend(fontsize="small")
-fig.savefig("functional_api_seeds.png")
+out = Path(cfg.run_dir) / "functional_api"  # a folder of its own under run_dir, not the cwd
+out.mkdir(parents=True, exist_ok=True)
+fig.savefig(out / "seeds.png")
+print("plot:", out / "seeds.png")

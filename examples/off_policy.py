@@ -92,7 +92,8 @@ for ax, (title, summary) in zip(
     ax.set_title(title)
     ax.set_xlabel("env steps")
 axes[0].set_ylabel("eval return")
-fig.savefig("off_policy_curves.png")
+fig.savefig(f"{dqn_summary['run_dir']}/off_policy_curves.png")  # into a run directory
+print("plot:", f"{dqn_summary['run_dir']}/off_policy_curves.png")
 
 # %% [markdown]
 # ## The exported policies

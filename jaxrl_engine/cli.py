@@ -228,9 +228,9 @@ def _plot(args: argparse.Namespace) -> int:
 
     from jaxrl_engine.io.plot import plot_runs
 
-    out = args.out or (
-        str(Path(args.runs[0]) / "curves.png") if len(args.runs) == 1 else "learning_curves.png"
-    )
+    # Into the (first) run directory unless --out says otherwise: never the working directory.
+    name = "curves.png" if len(args.runs) == 1 else f"curves_{len(args.runs)}_runs.png"
+    out = args.out or str(Path(args.runs[0]) / name)
     try:
         plot_runs(args.runs, out, metric=args.metric)
     except (FileNotFoundError, ValueError) as e:
@@ -295,7 +295,9 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     )
     plot.add_argument("runs", nargs="+", metavar="RUN_DIR")
     plot.add_argument(
-        "--out", help="output .png or .svg (default RUN_DIR/curves.png, or learning_curves.png)"
+        "--out",
+        help="output .png or .svg (default: RUN_DIR/curves.png; with several runs, "
+        "curves_<N>_runs.png in the first one)",
     )
     plot.add_argument("--metric", default="evaluate/episode_return", help="a metrics.jsonl key")
     ev = verbs.add_parser(

@@ -94,6 +94,25 @@ def test_cli_plot_of_a_real_run(tmp_path, capsys):
     np.testing.assert_allclose(line.get_ydata(), [r["evaluate/episode_return"] for r in evals])
 
 
+def test_cli_plot_of_several_runs_writes_into_the_first_not_the_cwd(tmp_path, capsys, monkeypatch):
+    runs = []
+    for lr in ("0.001", "0.002"):
+        run = tmp_path / f"run{lr}"
+        run.mkdir()
+        (run / "config.yaml").write_text(f"name: run{lr}\nalgo:\n  lr: {lr}\n")
+        lines = [{"epoch": e, "env_steps": 100 * e, "wall_s": e, "evaluate/episode_return": e}
+                 for e in (1, 2)]  # fmt: skip
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        runs.append(run)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert cli.main(["plot", *map(str, runs)]) == 0
+    out = runs[0] / "curves_2_runs.png"
+    assert capsys.readouterr().out.strip() == str(out) and out.is_file()
+    assert list(cwd.iterdir()) == []
+
+
 def test_cli_plot_rejects_a_directory_without_metrics(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no metrics.jsonl" in capsys.readouterr().err
