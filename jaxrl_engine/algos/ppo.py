@@ -318,7 +318,9 @@ class TorchPolicyConfig(Strict):
 
     factory: str = Field(
         "jaxrl_engine.interop.torch_nets:mlp",
-        description="'module:function' building the nn.Module: f(in_shape, out_dim, out_scale, **kwargs)",
+        description="'module:function' (installed, or a module in the current directory) or "
+        "'path/to/file.py:function', building the nn.Module: f(in_shape, out_dim, out_scale, "
+        "**kwargs)",
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict,

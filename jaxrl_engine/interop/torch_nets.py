@@ -9,8 +9,12 @@ critic (out_dim 1, out_scale 1.0). Any importable function with that signature w
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 TORCH_ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
@@ -112,6 +116,44 @@ class TorchPolicyError(ValueError):
     """The torch policy of `algo.torch_policy` cannot be set up (factory, kwargs or shapes)."""
 
 
+def _import_from_here(module_name: str) -> Any:
+    """`import module_name`, and when its top-level package is not found, again with the
+    current directory first on the path (the `jaxrl-engine` command does not put it there)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.split(".")[0]
+        here = os.getcwd()
+        if e.name != top or here in sys.path:
+            raise
+    sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path.remove(here)
+
+
+def _module_from_file(where: str, path: Path) -> Any:
+    """The module that the Python file `path` defines, loaded under a name of its own."""
+    if not path.is_file():
+        raise TorchPolicyError(f"{where}: no file {str(path)!r} (from {os.getcwd()})")
+    resolved = path.resolve()
+    name = f"_jaxrl_engine_factory_{resolved.stem}_{abs(hash(str(resolved))):x}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise TorchPolicyError(f"{where}: {str(path)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def first_line(e: BaseException) -> str:
     """`Type: first line of the message` (at most 200 characters) for one-line reports."""
     text = str(e).strip()
@@ -121,27 +163,31 @@ def first_line(e: BaseException) -> str:
 
 
 def resolve_factory(spec: str) -> Callable[..., Any]:
-    """`"package.module:function"` -> the function; `TorchPolicyError` naming what failed."""
+    """`"package.module:function"` or `"path/to/nets.py:function"` -> the function;
+    `TorchPolicyError` naming what failed. A dotted module is imported as Python would, then
+    (not found) from the current directory, as `python -m` would; a file path is loaded as a
+    module of its own."""
     where = f"algo.torch_policy.factory {spec!r}"
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise TorchPolicyError(
-            f"{where} must be 'package.module:function', e.g. 'jaxrl_engine.interop.torch_nets:mlp'"
+            f"{where} must be 'package.module:function' or 'path/to/file.py:function', e.g. "
+            "'jaxrl_engine.interop.torch_nets:mlp'"
         )
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            module = _module_from_file(where, Path(module_name))
+        else:
+            module = _import_from_here(module_name)
+    except TorchPolicyError:
+        raise
     except ModuleNotFoundError as e:
         if e.name is None or not (module_name + ".").startswith(e.name + "."):
             msg = f"{where}: importing {module_name!r} raised {first_line(e)}"
             raise TorchPolicyError(msg) from None
-        if module_name.endswith(".py") or "/" in module_name:
-            raise TorchPolicyError(
-                f"{where}: name a module in dotted form ('nets:make' for nets.py), not a file"
-            ) from None
         raise TorchPolicyError(
-            f"{where}: no module named {e.name!r}; the module must be importable: installed, "
-            "or in a directory on PYTHONPATH (the jaxrl-engine command does not search the "
-            "current directory: run PYTHONPATH=. jaxrl-engine ... for a module there)"
+            f"{where}: no module named {e.name!r}, installed or in the current directory "
+            f"({os.getcwd()}); name its file instead, e.g. 'path/to/{e.name}.py:{attr}'"
         ) from None
     except Exception as e:  # the module's own code failed
         raise TorchPolicyError(

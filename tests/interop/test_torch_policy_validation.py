@@ -68,8 +68,40 @@ def test_a_factory_module_that_is_not_importable(capsys, tmp_path):
         capsys,
         tmp_path,
         "no_such_nets:make",
-        expected=("no module named 'no_such_nets'", "PYTHONPATH", "current directory"),
+        expected=(
+            "no module named 'no_such_nets', installed or in the current directory",
+            "name its file instead, e.g. 'path/to/no_such_nets.py:make'",
+        ),
     )
+
+
+NETS = """
+import torch.nn as nn
+
+def make(in_shape, out_dim, out_scale):
+    return nn.Sequential(nn.Linear(in_shape[0], out_dim))
+"""
+
+
+def test_a_factory_module_in_the_current_directory_or_named_by_its_file(tmp_path, monkeypatch):
+    """`mynets:make` from the directory holding mynets.py (no PYTHONPATH), and
+    `path/to/nets.py:make` from anywhere; a missing file is named."""
+    from jaxrl_engine.interop.torch_nets import TorchPolicyError, resolve_factory
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "mynets_in_cwd.py").write_text(NETS)
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "nets.py").write_text(NETS)
+    monkeypatch.chdir(tmp_path / "here")
+    module = resolve_factory("mynets_in_cwd:make")((4,), 2, 1.0)  # a Sequential of one Linear(4, 2)
+    assert module[0].in_features == 4 and module[0].out_features == 2
+    assert str(tmp_path / "here") not in __import__("sys").path  # the path is left as it was
+    module = resolve_factory("../deep/er/nets.py:make")((3,), 5, 1.0)
+    assert module[0].in_features == 3 and module[0].out_features == 5
+    module = resolve_factory(f"{tmp_path}/deep/er/nets.py:make")((3,), 5, 1.0)
+    assert module[0].out_features == 5
+    with pytest.raises(TorchPolicyError, match=r"no file '\.\./deep/missing\.py'"):
+        resolve_factory("../deep/missing.py:make")
 
 
 def test_a_factory_module_that_raises_on_import(capsys, tmp_path, monkeypatch):
