@@ -36,6 +36,7 @@ from jaxrl_engine.io.config import (
     flat_config,
     is_presentation_key,
     parse_override,
+    set_key,
 )
 from jaxrl_engine.io.schema import UINT32_MAX
 
@@ -196,7 +197,7 @@ def plan_sweep(
             names.add(name)
             raw = copy.deepcopy(base)
             for key, value in settings.items():
-                _set_key(raw, key, value)
+                set_key(raw, key, copy.deepcopy(value))
             raw.update(seed=seed, name=name, run_dir=str(root))
             try:
                 member_cfg = config_from_dict(raw)
@@ -243,19 +244,6 @@ def member_name(seed: int, settings: Mapping[str, Any], index: int, taken: set[s
     if len(name.encode()) > MAX_NAME_BYTES or name in taken:
         name = f"member{index}_seed{seed}"
     return name
-
-
-def _set_key(raw: dict[str, Any], key: str, value: Any) -> None:
-    """Set dotted `key` in the config mapping `raw` (as a `key=value` override does)."""
-    parts = key.split(".")
-    node = raw
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
 
 
 class SweepPrograms:

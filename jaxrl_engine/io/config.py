@@ -560,18 +560,24 @@ def parse_override(item: str) -> tuple[str, Any]:
     return ".".join(parts), value
 
 
+def set_key(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set dotted `key` (`a.b.c`) in the config mapping `raw`, making the sections on the way."""
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`raw` with each `a.b.c=value` set (values parsed as YAML scalars/lists)."""
     for item in overrides:
         parts, value = _parse_override(item)
-        node = raw
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[parts[-1]] = value
+        set_key(raw, ".".join(parts), value)
     return raw
 
 
