@@ -23,6 +23,21 @@ from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
+
+
+class _BadArguments(Exception):
+    """A command line argparse refuses; `main` reports it and returns `EXIT_BAD_INPUT`."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors returned by `main` (exit 2, one `jaxrl-engine: ` line naming
+    `--help`) instead of `sys.exit` inside the parser: `main` is also called in process."""
+
+    def error(self, message: str) -> Any:
+        verb = self.prog.removeprefix("jaxrl-engine").strip()
+        raise _BadArguments(f"{verb + ': ' if verb else ''}{message} (see {self.prog} --help)")
+
+
 EXIT_NON_FINITE = 3
 EXIT_OS_ERROR = 74  # EX_IOERR
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: try again later (resume)
@@ -372,7 +387,12 @@ USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export, "launch": _launch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jaxrl-engine", description=__doc__)
+    if argv is None:  # the command line (not a call from Python): `kill -USR1` dumps stacks
+        import faulthandler
+        import signal
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    parser = _Parser(prog="jaxrl-engine", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     train = verbs.add_parser(
         "train",
@@ -412,7 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--resume", metavar="RUN_DIR", help="continue this sweep directory")
     _add_user_verbs(verbs)
     _add_launch_verb(verbs)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _BadArguments as e:
+        return _fail(str(e), EXIT_BAD_INPUT)
     from jaxrl_engine.run.signals import stop_before_training
 
     stop_before_training()

@@ -87,6 +87,9 @@ CONFIG_CASES = {
     "unknown env id": ("env.id=CartPole-v9", ["'env.id'", "CartPole-v9", "CartPole-v1"]),
     "unknown env param": ("env.params={gravity_x: 1}", ["env.params", "gravity_x", "gravity"]),
     "not key=value": ("seed", ["'seed'", "key=value"]),
+    # argparse's refusals come back from main as exit 2 (no SystemExit), naming --help
+    "a dash argument": ("-:", ["unrecognized arguments: -:", "--help"]),
+    "an unknown option": ("--lr=3", ["unrecognized arguments: --lr=3", "--help"]),
 }
 
 

@@ -8,13 +8,16 @@ Each process runs the given `jaxrl-engine` command with `distributed.coordinator
 stdout is passed through (its last line is the run's summary); the others' stdout is dropped
 (their summaries repeat it); every process's stderr is shown. When one process fails, the
 others are stopped at once (SIGTERM, then SIGKILL after a grace period) and the launcher exits
-with the failed process's status; SIGINT/SIGTERM to the launcher are passed on to all of them.
+with the failed process's status; SIGINT/SIGTERM to the launcher are passed on to all of them,
+and SIGUSR1 too (each process prints every thread's stack: what a stuck job is doing). On
+Linux a process also gets SIGTERM when the launcher dies without stopping it (SIGKILL).
 
 Standard library only: it starts processes and watches them, JAX starts in each of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -75,6 +78,16 @@ def _stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> No
             p.wait()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the launcher dies (Linux prctl PR_SET_PDEATHSIG),
+    so that a launcher killed outright leaves no process of the job behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def launch(n: int, command: Sequence[str], cpu_devices: int | None = None, port: int = 0) -> int:
     """Run `command` (a jaxrl-engine verb and its arguments) as `n` processes of one job;
     returns the job's exit status (0 when every process succeeded)."""
@@ -88,16 +101,21 @@ def launch(n: int, command: Sequence[str], cpu_devices: int | None = None, port:
     received: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
-        received.append(signum)
+        if signum != signal.SIGUSR1:
+            received.append(signum)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    }
     try:
         for i, (argv, env) in enumerate(commands(n, command, port, cpu_devices)):
             stdout = None if i == 0 else subprocess.DEVNULL
-            procs.append(subprocess.Popen(argv, env=env, stdout=stdout))
+            procs.append(
+                subprocess.Popen(argv, env=env, stdout=stdout, preexec_fn=_die_with_parent)
+            )
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]

@@ -14,6 +14,10 @@ heartbeats within `distributed.heartbeat_timeout_s` and ends every other process
 good checkpoint is the last one committed (orbax renames a checkpoint into place only when
 every process has written its part).
 
+A process that is alive but stuck is not noticed by the heartbeats: the others wait in their
+next collective, which on CPU fails after `distributed.collective_timeout_s`. `kill -USR1` on
+a CLI process (or on `jaxrl-engine launch`, which passes it on) prints every thread's stack.
+
 CPU processes exchange data through gloo (`jax_cpu_collectives_implementation`); GPU and TPU
 processes use their own collectives.
 """
@@ -81,6 +85,7 @@ def join(settings: Any) -> bool:
         )
     where = settings.coordinator or launch
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    _set_collective_timeout(settings.collective_timeout_s)
     try:
         jax.distributed.initialize(
             coordinator_address=settings.coordinator,
@@ -103,3 +108,18 @@ def join(settings: Any) -> bool:
         file=sys.stderr,
     )
     return jax.process_count() > 1
+
+
+def _set_collective_timeout(seconds: int) -> None:
+    """Bound every wait in a CPU collective (read by XLA when the backend starts, after this):
+    a process that never arrives (stuck, or gone without the coordinator noticing) fails the
+    others' collective after `seconds` rather than leaving them waiting forever. Flags the
+    user set in XLA_FLAGS are kept."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    for name in (
+        "--xla_cpu_collective_timeout_seconds",
+        "--xla_cpu_collective_call_terminate_timeout_seconds",
+    ):
+        if not any(f.startswith(name + "=") for f in flags):
+            flags.append(f"{name}={seconds}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)

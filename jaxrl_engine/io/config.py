@@ -201,6 +201,12 @@ class DistributedConfig(Strict):
     init_timeout_s: int = Field(
         120, gt=0, description="how long a process waits for all the others to join"
     )
+    collective_timeout_s: int = Field(
+        300,
+        gt=0,
+        description="a CPU collective (gloo) that a process waits in this long fails, instead "
+        "of hanging (XLA's --xla_cpu_collective_timeout_seconds)",
+    )
 
     @field_validator("coordinator")
     @classmethod

@@ -41,17 +41,28 @@ def devices(n: int) -> dict[str, str]:
     return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
 
 
-def cli(args: list[str], n_devices: int, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
+def cli(args: list[str], n_devices: int, timeout: float = 420) -> subprocess.CompletedProcess:
+    """Run the CLI; past `timeout`, every process of it prints its threads' stacks (SIGUSR1,
+    which `jaxrl-engine launch` passes on) and the test fails showing them."""
+    proc = subprocess.Popen(
         [*CLI, *args],
         env=devices(n_devices),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         cwd=REPO,
+        start_new_session=True,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(5)
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{args[:6]} ran past {timeout} s; the stacks:\n{stderr[-20000:]}")
+    assert proc.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def params(run: Path) -> dict[str, np.ndarray]:
