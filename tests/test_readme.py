@@ -51,6 +51,19 @@ def test_benchmark_figures_are_the_ones_in_results_md():
             assert figure in results, f"README figure {figure} is not in benchmarks/RESULTS.md"
 
 
+def test_the_comparison_quotes_figures_from_results_md():
+    """The section "Why this engine" cites measured figures: each is in RESULTS.md, and so is each
+    benchmark script it names."""
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = _section("## Why this engine")
+    figures = re.findall(r"\d[\d,]*\.\d+x?|\d{1,3}(?:,\d{3})+", section)
+    assert len(figures) >= 8, figures
+    for figure in figures:
+        assert figure in results, f"README figure {figure} is not in benchmarks/RESULTS.md"
+    for script in re.findall(r"`(benchmarks/\w+\.(?:py|sh))`", section):
+        assert (ROOT / script).is_file() and script in results, script
+
+
 def _subsection(title: str) -> str:
     """From `title` to the next heading of level 2 or 3."""
     start = README.index(title)
