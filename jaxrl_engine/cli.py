@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+# The summary's wall_s counts from here (the process's start, but the interpreter's own).
+STARTED = time.perf_counter()
 EXIT_BAD_INPUT = 2
 
 
@@ -146,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
         from jaxrl_engine.run.driver import Driver, TrainingInterrupted
 
         try:
-            _, summary = engine.run(state)
+            _, summary = engine.run(state, started_at=args.started)
         except NonFiniteError as e:
             notes = "; ".join(getattr(e, "__notes__", []))
             if e.summary is not None:
@@ -436,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except _BadArguments as e:
         return _fail(str(e), EXIT_BAD_INPUT)
+    # A run's summary counts wall_s from the process's start; called from Python, from here.
+    args.started = STARTED if argv is None else time.perf_counter()
     from jaxrl_engine.run.signals import stop_before_training
 
     stop_before_training()

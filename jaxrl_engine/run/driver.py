@@ -104,6 +104,7 @@ class Driver:
         run_dir: str | Path | None = None,
         progress: bool | None = None,
         on_epoch: Callable[[Record], None] | None = None,
+        started_at: float | None = None,
     ) -> tuple[EngineState, dict[str, Any]]:
         """Train from `state` up to `num_epochs` epochs in total (default: the engine's).
 
@@ -113,11 +114,19 @@ class Driver:
         (and checkpointed). Returns the final state and the summary, whose `records` are the
         per-epoch records of this call.
 
+        The summary's times: `wall_s` from `started_at` (a `time.perf_counter()` value; default
+        this call; the CLI passes its own start) to the summary; `startup_s` from `started_at`
+        to this call; `compile_s` compiling in this call; `train_s` the epochs (with their
+        evaluations and checkpoints); `end_s` after the last epoch (final checkpoint, summary,
+        policy export). wall_s >= startup_s + compile_s + train_s + end_s.
+
         Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summary written first),
         `NonFiniteError` when `nan_guard` fires (failing batch written, checkpoints untouched)
         and `CheckpointError` when the run directory holds checkpoints that do not fit.
         """
+        called = time.perf_counter()
         cfg = self.cfg
+        compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))
         total = engine.num_epochs if num_epochs is None else num_epochs
         # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
@@ -129,6 +138,8 @@ class Driver:
         show = (cfg.progress if progress is None else progress) and primary
         hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
         run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
+        run.wall_start = called if started_at is None else min(started_at, called)
+        run.startup_s = called - run.wall_start
         run.resume_from = self.resume_from
         history: list[Record] = []
         started: list[HostHook] = []
@@ -151,7 +162,7 @@ class Driver:
             missing = [name for name in needed if not engine.compiled(name)]
             if missing:
                 state = engine.warm_up(state, phases=missing)
-            run.compile_s = engine.compile_seconds
+            run.compile_s = engine.compile_seconds - compiled_before  # (this call's only)
             raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
@@ -165,12 +176,14 @@ class Driver:
                     for hook in hooks:
                         hook.after_chunk(run, state)
                     if stop.signame is not None and run.done < total:
+                        run.train_end = time.perf_counter()
                         self._end(run, state, hooks, "interrupted", signal=stop.signame)
                         raise TrainingInterrupted(
                             stop.signame, run.done, state, run.checkpoint, run.summary
                         )
                 # A signal from here on lets the end of the run (checkpoint, summary, export)
                 # finish: the run is complete.
+                run.train_end = time.perf_counter()
                 self._end(run, state, hooks, "completed")
             failed = False
         finally:

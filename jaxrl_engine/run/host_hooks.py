@@ -55,9 +55,11 @@ class RunInfo:
     final_eval: float = float("nan")
     checkpoint: Path | None = None  # the latest committed checkpoint
     checkpoint_epoch: int = -1
-    compile_s: float = 0.0
+    compile_s: float = 0.0  # compiling in this run call
+    startup_s: float = 0.0  # from wall_start to the run call (the CLI's imports, build, init)
     wall_start: float = dataclasses.field(default_factory=time.perf_counter)
     train_start: float = dataclasses.field(default_factory=time.perf_counter)
+    train_end: float | None = None  # after the last epoch (None while training)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the error
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     resume_from: int | None = None  # the checkpoint epoch the user chose (`--from-checkpoint`)
@@ -68,8 +70,13 @@ class RunInfo:
         """Env steps per second of this call's training (None when it trained no epoch)."""
         if self.done == self.first:
             return None
-        train_s = time.perf_counter() - self.train_start
-        return (self.done - self.first) * self.engine.steps_per_epoch / max(train_s, 1e-9)
+        return (self.done - self.first) * self.engine.steps_per_epoch / max(self.train_s, 1e-9)
+
+    @property
+    def train_s(self) -> float:
+        """Seconds of training: from the first epoch to the end of the last (or to now)."""
+        end = time.perf_counter() if self.train_end is None else self.train_end
+        return end - self.train_start
 
     def make_summary(self) -> dict[str, Any]:
         now = time.perf_counter()
@@ -83,9 +90,12 @@ class RunInfo:
             "epochs": self.done,
             "env_steps": self.done * self.engine.steps_per_epoch,
             "requested_env_steps": self.cfg.total_env_steps,
+            # wall_s >= startup_s + compile_s + train_s + end_s (Driver.run says what each is)
             "wall_s": now - self.wall_start,
-            "train_s": now - self.train_start,
+            "startup_s": self.startup_s,
             "compile_s": self.compile_s,
+            "train_s": self.train_s,
+            "end_s": 0.0 if self.train_end is None else now - self.train_end,
             "steps_per_second": self.steps_per_second,
             # Both absolute, whatever run_dir was given as.
             "run_dir": str(self.out.path.absolute()),
@@ -321,6 +331,10 @@ class ExportPolicy(HostHook):
             export_policy(run.engine, params, run.out.path / POLICY_DIR)
         except ExportError as e:
             warnings.warn(f"policy not exported: {e}", stacklevel=2)
+        if run.summary and run.train_end is not None:  # the summary's times include the export
+            now = time.perf_counter()
+            run.summary.update(wall_s=now - run.wall_start, end_s=now - run.train_end)
+            run.out.write_summary(run.summary)
 
 
 def default_host_hooks(

@@ -14,6 +14,26 @@ from tests.conftest import small_config
 SUMMARY_KEYS = {"final_eval_return", "env_steps", "wall_s", "steps_per_second", "compile_s"}
 
 
+def assert_times_add_up(summary: dict) -> None:
+    """wall_s covers its parts (startup, compile, train, end of run), each non-negative."""
+    parts = [summary[k] for k in ("startup_s", "compile_s", "train_s", "end_s")]
+    assert all(p >= 0 for p in parts), summary
+    assert summary["wall_s"] >= sum(parts), summary
+    assert summary["end_s"] > 0  # the final checkpoint and the export are counted
+
+
+def test_compiling_before_run_is_not_counted_in_its_summary(tmp_path):
+    """compile_s is what this run compiled: phases warmed up before it (or a previous run's)
+    are not in it, so compile_s <= wall_s in library use too."""
+    cfg = small_config("total_env_steps=128", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = engine.warm_up(engine.init(jax.random.key(0)), phases=["epochs", "evaluate"])
+    assert engine.compile_seconds > 0
+    _, summary = engine.run(state)
+    assert summary["compile_s"] < engine.compile_seconds / 10, summary
+    assert_times_add_up(summary)
+
+
 def key_data(state):
     return state.replace(rng=jax.random.key_data(state.rng))
 
@@ -40,7 +60,9 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     assert summary["final_eval_return"] == records[-1]["evaluate/episode_return"]
     assert math.isfinite(summary["final_eval_return"])
     assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
-    assert summary["wall_s"] >= summary["compile_s"]
+    assert_times_add_up(summary)
+    assert summary["startup_s"] == 0.0  # the library counts from `run`
+    assert summary == {k: v for k, v in history_summary.items() if k != "records"}
 
     assert jre.load_config(run_dir / "config.yaml") == cfg
     assert int(state.counters.epoch) == 5
