@@ -137,6 +137,13 @@ def _train(args: argparse.Namespace) -> int:
         else:
             cfg = load_config(config, overrides)
             run = Path(cfg.run_dir) / cfg.name
+            if cfg.progress:
+                print(
+                    f"jaxrl-engine: {cfg.name}: building {cfg.algo.name} on {cfg.env.id} "
+                    f"({cfg.env.num_envs} envs), then compiling",
+                    file=sys.stderr,
+                    flush=True,
+                )
             import jax
 
             from jaxrl_engine.compose import build

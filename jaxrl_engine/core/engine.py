@@ -8,7 +8,7 @@ replace any phase (`phases={"update_dataset": my_phase}`) and add hooks per phas
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import jax
@@ -288,36 +288,49 @@ class Engine:
             for name, phase in self.raw_phases.items()
         }
 
-    def warm_up(self, state: EngineState, phases: Sequence[str] | None = None) -> EngineState:
+    def warm_up(
+        self,
+        state: EngineState,
+        phases: Sequence[str] | None = None,
+        on_compile: Callable[[str, int, int], None] | None = None,
+    ) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.
 
         phases: what to compile (default: the five phases, "epoch" and "epochs"; "learn" on
-        request); the driver asks only for what it will run. Records compile seconds and XLA's cost/memory analysis in
-        `self.compile_report`. The state is returned untouched (nothing runs, nothing to reseed).
+        request); the driver asks only for what it will run. on_compile(name, i, n): called
+        before the i-th of n compilations (the driver's "compiling ..." status). Records
+        compile seconds and XLA's cost/memory analysis in `self.compile_report`. The state is
+        returned untouched (nothing runs, nothing to reseed).
         """
         wanted = set(phases) if phases is not None else {*PHASES, "epoch", "epochs"}
         check_shapes(state, self.spec, self.algo)
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
-        current = boundary
         chained = [name for name in EPOCH_PHASES if name in wanted]
-        if chained:  # along the data flow, up to the last one asked for
-            for name in EPOCH_PHASES[: EPOCH_PHASES.index(chained[-1]) + 1]:
-                compiled = self._compile(name, getattr(self, name), current)
-                try:
-                    current = compiled.out_info[0]
-                except AssertionError:
-                    # A phase with ordered effects (a host env's callbacks): jax does not give
-                    # its output layouts; its outputs have the state's shapes and placement.
-                    current = boundary
-        for name, fn in (("evaluate", self.evaluate), ("epoch", self.epoch)):
-            if name in wanted:
-                self._compile(name, fn, boundary)
-        if "learn" in wanted:  # its input: the state after a rollout (same shapes)
-            self._compile("learn", self.learn, boundary)
-        if "epochs" in wanted:
-            self._compile("epochs", self.epochs, boundary, jax.ShapeDtypeStruct((), jnp.int32))
+        along = EPOCH_PHASES[: EPOCH_PHASES.index(chained[-1]) + 1] if chained else ()
+        others = [n for n in ("evaluate", "epoch", "learn", "epochs") if n in wanted]
+        count, done = len(along) + len(others), [0]
+
+        def compile_one(name: str, fn: Any, *args: Any) -> Any:
+            done[0] += 1
+            if on_compile is not None:
+                on_compile(name, done[0], count)
+            return self._compile(name, fn, *args)
+
+        current = boundary
+        for name in along:  # along the data flow, up to the last phase asked for
+            compiled = compile_one(name, getattr(self, name), current)
+            try:
+                current = compiled.out_info[0]
+            except AssertionError:
+                # A phase with ordered effects (a host env's callbacks): jax does not give
+                # its output layouts; its outputs have the state's shapes and placement.
+                current = boundary
+        for name in others:  # evaluate and epoch from the state; learn from the state after
+            # a rollout (same shapes); epochs from the state and its epoch count
+            extra = (jax.ShapeDtypeStruct((), jnp.int32),) if name == "epochs" else ()
+            compile_one(name, getattr(self, name), boundary, *extra)
         return state
 
     def _compile(self, name: str, fn: Any, *args: Any) -> Any:

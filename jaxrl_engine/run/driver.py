@@ -161,7 +161,12 @@ class Driver:
             )
             missing = [name for name in needed if not engine.compiled(name)]
             if missing:
-                state = engine.warm_up(state, phases=missing)
+
+                def compiling(name: str, index: int, count: int) -> None:
+                    for hook in hooks:
+                        hook.on_compile(run, name, index, count)
+
+                state = engine.warm_up(state, phases=missing, on_compile=compiling)
             run.compile_s = engine.compile_seconds - compiled_before  # (this call's only)
             raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()

@@ -5,6 +5,7 @@ compiled calls, in the order they are listed (`Driver(cfg, host_hooks=[...])` pu
 user's after checkpoints, logging and progress, before the summary and the policy export). Each method is optional:
 
     start(run)              before the first call (open files, check the run directory)
+    on_compile(run, name, i, n)  before the i-th of the n compilations the run needs
     next_boundary(epoch)    an epoch after which the driver must stop a chunk (e.g. a save)
     on_records(run, rows)   the per-epoch records of a chunk, in order (logging)
     after_chunk(run, state) the state after a chunk's last epoch (checkpoint, progress)
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jaxrl_engine.core.engine import Engine
@@ -108,6 +110,9 @@ class HostHook:
     """Base class: every method a no-op (see the module docstring)."""
 
     def start(self, run: RunInfo) -> None:
+        pass
+
+    def on_compile(self, run: RunInfo, name: str, index: int, count: int) -> None:
         pass
 
     def next_boundary(self, epoch: int) -> int | None:
@@ -260,9 +265,17 @@ class OnEpoch(HostHook):
 
 
 class ProgressBar(HostHook):
-    """A rich progress bar: epochs, env steps/s, last evaluation return."""
+    """Progress on stderr (stdout keeps the summary): on a terminal (or in a notebook) a rich
+    bar (epochs, env
+    steps/s, last evaluation return) whose description says what is compiling before it
+    moves; otherwise plain lines: one per compilation, then one per chunk at most every
+    `PLAIN_EVERY_S` seconds (and the last)."""
+
+    PLAIN_EVERY_S = 10.0
 
     def __init__(self, enabled: bool = True):
+        console = Console(stderr=True)  # a terminal, or a notebook: rich draws the bar there
+        self.enabled, self.tty = enabled, console.is_terminal or console.is_jupyter
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -270,9 +283,15 @@ class ProgressBar(HostHook):
             TextColumn("{task.fields[rate]} steps/s"),
             TextColumn("eval {task.fields[eval]}"),
             TimeElapsedColumn(),
-            disable=not enabled,
+            console=console,
+            disable=not (enabled and self.tty),
         )
         self.task: Any = None
+        self.last_line = -math.inf
+
+    def _plain(self, text: str) -> None:
+        if self.enabled and not self.tty:
+            print(f"jaxrl-engine: {text}", file=sys.stderr, flush=True)
 
     def start(self, run: RunInfo) -> None:
         self.bar.start()
@@ -280,14 +299,28 @@ class ProgressBar(HostHook):
             run.cfg.name, total=run.total, completed=run.first, rate="-", eval="-"
         )
 
+    def on_compile(self, run: RunInfo, name: str, index: int, count: int) -> None:
+        status = f"compiling {name} ({index}/{count})"
+        self.bar.update(self.task, description=f"{run.cfg.name}: {status}")
+        self._plain(f"{run.cfg.name}: {status}")
+
     def after_chunk(self, run: RunInfo, state: EngineState) -> None:
         rate = run.steps_per_second
         self.bar.update(
             self.task,
+            description=run.cfg.name,
             completed=run.done,
             rate="-" if rate is None else f"{rate:,.0f}",
             eval=f"{run.final_eval:.1f}",
         )
+        now = time.perf_counter()
+        if now - self.last_line >= self.PLAIN_EVERY_S or run.done >= run.total:
+            self.last_line = now
+            self._plain(
+                f"{run.cfg.name}: epoch {run.done}/{run.total}, "
+                + ("-" if rate is None else f"{rate:,.0f}")
+                + f" env steps/s, eval {run.final_eval:.1f}"
+            )
 
     def close(self, run: RunInfo) -> None:
         self.bar.stop()

@@ -165,3 +165,20 @@ def test_the_driver_calls_once_per_evaluation_interval(tmp_path):
     assert [r["epoch"] for r in history] == list(range(1, 11))
     assert int(state.counters.epoch) == 10
     assert engine.timer.summary()["epoch"]["count"] == 10
+
+
+def test_progress_off_a_terminal_is_plain_lines_naming_each_compilation(tmp_path, capsys):
+    """Without a terminal (CI logs, pipes) progress is plain stderr lines: each compilation as
+    it starts, then epochs (the last always); stdout stays empty for the caller's summary."""
+    cfg = small_config("total_env_steps=320", "progress=true", tmp_path=tmp_path)  # 5 epochs
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    compiling = [line for line in lines if "compiling" in line]
+    assert compiling == [
+        f"jaxrl-engine: {cfg.name}: compiling evaluate (1/2)",
+        f"jaxrl-engine: {cfg.name}: compiling epochs (2/2)",
+    ], err
+    assert lines[-1].startswith(f"jaxrl-engine: {cfg.name}: epoch 5/5, "), err
+    assert "env steps/s, eval " in lines[-1] and out == ""
