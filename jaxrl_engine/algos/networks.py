@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxrl_engine.algos.torso import ConvSpec
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
@@ -28,18 +29,6 @@ class MLP(nn.Module):
         for width in self.hidden_sizes:
             x = act(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
-
-
-@dataclass(frozen=True)
-class ConvSpec:
-    """The conv layers of a CNN torso: layer i has `channels[i]` filters of
-    `kernels[i] x kernels[i]` at stride `strides[i]`, VALID padding; `layout` is the axis order
-    of the observations ("hwc" or "chw")."""
-
-    channels: tuple[int, ...] = (16,)
-    kernels: tuple[int, ...] = (3,)
-    strides: tuple[int, ...] = (1,)
-    layout: str = "hwc"
 
 
 class CNN(nn.Module):

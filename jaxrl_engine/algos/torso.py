@@ -4,23 +4,39 @@
 (on flattened observations) otherwise; `mlp` always flattens; `cnn` needs image observations.
 The CNN's axis order is the env spec's `obs_layout` ("hwc" when the env does not declare it).
 PPO (actor and critic) and DQN (the Q-network) take these keys; SAC and TD3 use MLPs.
+Pure Python (no JAX): the config classes (`algos.configs`) check these keys, and the flax
+networks (`algos.networks`) take the `ConvSpec` it gives.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from jaxrl_engine.algos.networks import ConvSpec
-from jaxrl_engine.core.protocols import EnvSpec
 from jaxrl_engine.io.schema import Strict
+
+if TYPE_CHECKING:
+    from jaxrl_engine.core.protocols import EnvSpec
 
 Torso = Literal["auto", "mlp", "cnn"]
 TORSO_DESCRIPTION = (
     "network before the MLP: auto (a CNN for image (rank-3) observations, else none), "
     "mlp (flattened observations), cnn (algo.cnn.*; image observations only)"
 )
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """The conv layers of a CNN torso: layer i has `channels[i]` filters of
+    `kernels[i] x kernels[i]` at stride `strides[i]`, VALID padding; `layout` is the axis order
+    of the observations ("hwc" or "chw")."""
+
+    channels: tuple[int, ...] = (16,)
+    kernels: tuple[int, ...] = (3,)
+    strides: tuple[int, ...] = (1,)
+    layout: str = "hwc"
 
 
 class CNNConfig(Strict):
