@@ -1,11 +1,13 @@
 """What the algorithms share: the optimizer built from traced hyperparameters, and the
 contract of an algorithm's config class.
 
-An algorithm module holds three things: its config class (a `Strict` pydantic model with
-`name`, `check(num_envs, total_env_steps)`, `hparams(spec)` and `build(spec, ...)`), its
-`HParams` pytree (the numeric hyperparameters, traced) and a factory returning the
-`Algorithm` bundle of pure functions. `jaxrl_engine.algos.ALGORITHMS` registers the config
-classes by name.
+An algorithm is three things: its config class (a `Strict` pydantic model with `name`,
+`check(num_envs, total_env_steps)`, `hparams(spec)` and `build(spec, ...)`), in
+`algos/configs.py` with the others, pure Python so that config errors are answered before JAX
+is imported (`hparams` and `build` import the algorithm's module when called); and, in the
+algorithm's module, its `HParams` pytree (the numeric hyperparameters, traced) and a factory
+returning the `Algorithm` bundle of pure functions. `ALGORITHMS` (`algos.configs`, re-exported
+by `jaxrl_engine.algos`) registers the config classes by name.
 """
 
 from __future__ import annotations

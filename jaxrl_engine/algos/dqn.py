@@ -12,18 +12,16 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
-from pydantic import Field
 
 from jaxrl_engine.algos.base import adam
-from jaxrl_engine.algos.networks import torso_network
-from jaxrl_engine.algos.off_policy import OffPolicyConfig, Replay, ReplayBatch, Schedule
-from jaxrl_engine.algos.torso import TORSO_DESCRIPTION, CNNConfig, Torso, conv_spec
+from jaxrl_engine.algos.configs import DQNConfig as DQNConfig  # re-exported (no JAX)
+from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
 from jaxrl_engine.buffers import replay as replay_buffer
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
@@ -187,84 +185,3 @@ def dqn(
         train=train,
         static={"network": network, "q_values": q_values},
     )
-
-
-class DQNConfig(OffPolicyConfig):
-    action_space: ClassVar[str] = "discrete"
-    # The `algo.*` keys that are `DQNHParams` leaves (traced); every other key is static.
-    traced_keys: ClassVar[frozenset[str]] = frozenset(
-        {
-            "lr",
-            "gamma",
-            "tau",
-            "huber_delta",
-            "max_grad_norm",
-            "adam_eps",
-            "epsilon_start",
-            "epsilon_end",
-            "exploration_fraction",
-            "priority_alpha",
-            "priority_beta",
-            "priority_eps",
-        }
-    )
-
-    name: Literal["dqn"] = "dqn"
-    lr: float = Field(2.5e-4, gt=0, description="Adam learning rate")
-    anneal_lr: bool = Field(False, description="anneal the learning rate linearly to 0")
-    adam_eps: float = Field(1e-8, gt=0, description="Adam epsilon")
-    max_grad_norm: float = Field(10.0, gt=0, description="global gradient-norm clip")
-    double: bool = Field(True, description="double DQN: the online network picks a'")
-    huber_delta: float = Field(1.0, gt=0, description="Huber loss threshold")
-    tau: float = Field(1.0, gt=0, le=1, description="target update: 1 is a hard copy, <1 Polyak")
-    target_update_interval: int = Field(
-        500, gt=0, description="gradient steps between target updates"
-    )
-    epsilon_start: float = Field(1.0, ge=0, le=1, description="epsilon after warm-up")
-    epsilon_end: float = Field(0.05, ge=0, le=1, description="final epsilon")
-    exploration_fraction: float = Field(
-        0.5, gt=0, le=1, description="fraction of the run over which epsilon decays"
-    )
-    torso: Torso = Field("auto", description=TORSO_DESCRIPTION)
-    cnn: CNNConfig = Field(default_factory=CNNConfig)
-
-    def check_observations(self, spec: EnvSpec) -> None:
-        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
-        conv_spec(self.torso, self.cnn, spec)
-
-    def hparams(self, spec: EnvSpec) -> DQNHParams:
-        return DQNHParams(
-            lr=self.lr,
-            gamma=self.gamma,
-            tau=self.tau,
-            huber_delta=self.huber_delta,
-            max_grad_norm=self.max_grad_norm,
-            adam_eps=self.adam_eps,
-            epsilon_start=self.epsilon_start,
-            epsilon_end=self.epsilon_end,
-            exploration_fraction=self.exploration_fraction,
-            priority_alpha=self.priority_alpha,
-            priority_beta=self.priority_beta,
-            priority_eps=self.priority_eps,
-        )
-
-    def build(
-        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
-    ) -> Algorithm:
-        if network is None:
-            network = torso_network(
-                conv_spec(self.torso, self.cnn, spec),
-                self.hidden_sizes,
-                int(spec.action.num_actions or 0),
-                self.activation,
-            )
-        return dqn(
-            network,
-            spec,
-            self.replay(num_envs, num_epochs),
-            num_steps=self.num_steps,
-            double=self.double,
-            target_update_interval=self.target_update_interval,
-            anneal_lr=self.anneal_lr,
-            hparams=self.hparams(spec),
-        )

@@ -10,7 +10,8 @@ The phases, for an off-policy algorithm:
 - sync_weights copies `acting_params(train_state)`.
 
 `Replay` (a frozen dataclass of static sizes whose methods are pure functions) supplies these
-to DQN, SAC and TD3; `OffPolicyConfig` is the config section they share.
+to DQN, SAC and TD3; `OffPolicyConfig`, the config section they share, lives in `algos.configs`
+(no JAX) and is re-exported here.
 
 The asynchronous schedule is configuration, not a second engine:
 - `train_ratio`: gradient steps per env step; an epoch of `num_steps * num_envs` env steps
@@ -33,18 +34,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from pydantic import Field
 
+# The config classes live in algos.configs (no JAX); re-exported here.
+from jaxrl_engine.algos.configs import ContinuousOffPolicyConfig as ContinuousOffPolicyConfig
+from jaxrl_engine.algos.configs import OffPolicyConfig as OffPolicyConfig
+from jaxrl_engine.algos.configs import grad_steps_per_epoch as grad_steps_per_epoch
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Metrics
-from jaxrl_engine.io.schema import Strict, check_int32_count, run_epochs
 
 
 class ReplayBatch(struct.PyTreeNode):
@@ -66,11 +69,6 @@ class Schedule(struct.PyTreeNode):
     def zeros(cls) -> Schedule:
         z = jnp.zeros((), jnp.int32)
         return cls(env_steps=z, updates=z, grad_steps=z)
-
-
-def grad_steps_per_epoch(train_ratio: float, num_steps: int, num_envs: int) -> int:
-    """round(train_ratio * num_steps * num_envs); the config checks it is a whole number >= 1."""
-    return round(train_ratio * num_steps * num_envs)
 
 
 @dataclass(frozen=True)
@@ -230,102 +228,3 @@ def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     low = np.asarray(spec.action.low, np.float32).reshape(shape)
     high = np.asarray(spec.action.high, np.float32).reshape(shape)
     return low, high
-
-
-class OffPolicyConfig(Strict):
-    """Replay buffer, sampling, warm-up and the asynchronous schedule (DQN, SAC, TD3)."""
-
-    num_steps: int = Field(16, gt=0, description="rollout steps per env per epoch")
-    gamma: float = Field(0.99, gt=0, le=1, description="discount")
-    buffer_size: int = Field(
-        50_000, gt=0, description="replay capacity in transitions (a multiple of env.num_envs)"
-    )
-    buffer_mode: Literal["circular", "fixed"] = Field(
-        "circular", description="circular: overwrite the oldest; fixed: must hold the whole run"
-    )
-    batch_size: int = Field(128, gt=0, description="transitions per gradient step")
-    learning_starts: int = Field(
-        1_000, ge=0, description="transitions stored before training (random actions until then)"
-    )
-    train_ratio: float = Field(
-        0.125,
-        gt=0,
-        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
-    )
-    sync_every: int = Field(
-        1, gt=0, description="refresh the acting weights every this many epochs (staleness bound)"
-    )
-    prioritized: bool = Field(False, description="prioritised replay (proportional)")
-    priority_alpha: float = Field(0.6, ge=0, description="P(i) ~ priority**alpha")
-    priority_beta: float = Field(0.4, ge=0, description="importance-weight exponent")
-    priority_eps: float = Field(1e-6, gt=0, description="priority = |TD error| + eps")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [64, 64], description="MLP widths"
-    )
-    activation: Literal["tanh", "relu", "gelu", "silu"] = "relu"
-
-    def check(self, num_envs: int, total_env_steps: int) -> None:
-        """Buffer and schedule sizes that would fail later, named by their keys now."""
-        n = num_envs
-        per_epoch = self.num_steps * n
-        if self.buffer_size % n or self.buffer_size < per_epoch:
-            raise ValueError(
-                f"algo.buffer_size={self.buffer_size} must be a multiple of env.num_envs={n} "
-                f"and at least algo.num_steps * env.num_envs = {per_epoch} (one rollout)"
-            )
-        grad_steps = self.train_ratio * per_epoch
-        if grad_steps < 1 or abs(grad_steps - round(grad_steps)) > 1e-6:
-            raise ValueError(
-                f"algo.train_ratio={self.train_ratio} x algo.num_steps * env.num_envs "
-                f"= {per_epoch} env steps per epoch must be a whole number >= 1 of gradient steps"
-            )
-        epochs = run_epochs(total_env_steps, self.num_steps, n)
-        check_int32_count(
-            "the run's gradient steps: epochs (total_env_steps / (algo.num_steps * "
-            f"env.num_envs), rounded up: {epochs}) * algo.train_ratio * algo.num_steps * "
-            "env.num_envs",
-            epochs * round(grad_steps),
-        )
-        run_steps = epochs * per_epoch
-        if self.buffer_mode == "fixed" and self.buffer_size < run_steps:
-            raise ValueError(
-                f"algo.buffer_mode=fixed cannot hold the run: algo.buffer_size={self.buffer_size}"
-                f" < total_env_steps={total_env_steps} (rounded up to {run_steps}, whole "
-                "epochs); raise algo.buffer_size or use algo.buffer_mode=circular"
-            )
-
-    def replay(self, num_envs: int, num_epochs: int) -> Replay:
-        """The static replay schedule of this config for `num_envs` envs and the run length."""
-        grad_steps = grad_steps_per_epoch(self.train_ratio, self.num_steps, num_envs)
-        if grad_steps < 1:
-            raise ValueError(
-                f"algo.train_ratio={self.train_ratio} gives no gradient step per epoch of "
-                f"algo.num_steps * env.num_envs = {self.num_steps * num_envs} env steps"
-            )
-        return Replay(
-            num_envs=num_envs,
-            num_epochs=num_epochs,
-            capacity_per_env=self.buffer_size // num_envs,
-            grad_steps=grad_steps,
-            batch_size=self.batch_size,
-            learning_starts=self.learning_starts,
-            sync_every=self.sync_every,
-            mode=self.buffer_mode,
-            prioritized=self.prioritized,
-        )
-
-
-class ContinuousOffPolicyConfig(OffPolicyConfig):
-    """The sizes SAC and TD3 share: a gradient step per env step, 256-wide networks."""
-
-    action_space: ClassVar[str] = "continuous"
-
-    train_ratio: float = Field(
-        1.0,
-        gt=0,
-        description="gradient steps per env step (x num_steps * env.num_envs: a whole number)",
-    )
-    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [256, 256], description="MLP widths (actor and both critics)"
-    )

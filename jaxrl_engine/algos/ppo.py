@@ -5,35 +5,32 @@ is `lax.scan` over update epochs of `lax.scan` over minibatches. Truncated steps
 the value of the final observation; terminated steps do not bootstrap.
 
 `ppo(network, spec, ...)` returns the `Algorithm` bundle; numeric hyperparameters are the
-traced `PPOHParams`, shape-changing ones are the factory's arguments; `PPOConfig` is the
-config section that builds it.
+traced `PPOHParams`, shape-changing ones are the factory's arguments; `PPOConfig`, the config
+section that builds it, lives in `algos.configs` (no JAX) and is re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
-from pydantic import Field, model_validator
 
 from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.configs import PPOConfig as PPOConfig  # re-exported (no JAX)
+from jaxrl_engine.algos.configs import TorchPolicyConfig as TorchPolicyConfig
+from jaxrl_engine.algos.configs import minibatch_size
 from jaxrl_engine.algos.networks import (
-    ActorCritic,
-    ConvSpec,
     categorical_entropy,
     categorical_log_prob,
     gaussian_entropy,
     gaussian_log_prob,
 )
 from jaxrl_engine.algos.normalize import RunningMeanStd
-from jaxrl_engine.algos.torso import TORSO_DESCRIPTION, CNNConfig, Torso, conv_spec
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
-from jaxrl_engine.io.schema import Strict, check_int32_count, run_epochs
 
 
 class PPOState(struct.PyTreeNode):
@@ -87,17 +84,6 @@ class PPOHParams(struct.PyTreeNode):
     ent_coef: jax.Array | float = 0.01
     vf_coef: jax.Array | float = 0.5
     max_grad_norm: jax.Array | float = 0.5
-
-
-def minibatch_size(num_steps: int, num_envs: int, num_minibatches: int) -> int:
-    """Transitions per minibatch; ValueError (naming the config keys) when it is not whole."""
-    batch = num_steps * num_envs
-    if batch % num_minibatches:
-        raise ValueError(
-            f"algo.num_minibatches={num_minibatches} must divide "
-            f"algo.num_steps * env.num_envs = {batch}"
-        )
-    return batch // num_minibatches
 
 
 def normalize(obs_norm: RunningMeanStd, obs: jax.Array, enabled: bool) -> jax.Array:
@@ -311,135 +297,3 @@ def ppo(
         on_policy=True,
         static={"network": network, "normalize_obs": normalize_obs, "dist": dist},
     )
-
-
-class TorchPolicyConfig(Strict):
-    """A torch nn.Module as PPO's policy (needs the `torch` extra); see jaxrl_engine.interop."""
-
-    factory: str = Field(
-        "jaxrl_engine.interop.torch_nets:mlp",
-        description="'module:function' (installed, or a module in the current directory) or "
-        "'path/to/file.py:function', building the nn.Module: f(in_shape, out_dim, out_scale, "
-        "**kwargs)",
-    )
-    kwargs: dict[str, Any] = Field(
-        default_factory=dict,
-        description="keyword arguments of the factory (the built-in mlp defaults to algo.hidden_sizes/activation)",
-    )
-    path: Literal["fast", "universal"] = Field(
-        "fast",
-        description="fast: weights bridged into native JAX ops; universal: any module via callback",
-    )
-    critic: Literal["jax", "torch"] = Field(
-        "jax", description="value network: a flax MLP, or a second module from the factory"
-    )
-    learner: Literal["jax", "torch"] = Field(
-        "jax",
-        description="jax: optax trains the weights; torch: a torch optimizer (train in torch, act in JAX)",
-    )
-    acting_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
-        None, description="dtype of the acting copy sync_weights makes (null: as trained)"
-    )
-    torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the factory runs")
-    obs_layout: Literal["hwc", "chw"] | None = Field(
-        None,
-        description="axis order of image observations, passed to factories that take "
-        "obs_layout (torch_nets:cnn); null: the env's (gymnax, gymnasium: hwc; EnvPool: chw); "
-        "one that contradicts the env's is refused",
-    )
-
-    @model_validator(mode="after")
-    def _torch_learner_needs_torch_critic(self) -> TorchPolicyConfig:
-        if self.learner == "torch" and self.critic != "torch":
-            raise ValueError("learner=torch trains both networks in torch: set critic: torch")
-        return self
-
-
-class PPOConfig(Strict):
-    action_space: ClassVar[str] = "any"  # discrete or continuous
-    # The `algo.*` keys that are `PPOHParams` leaves (traced: a sweep vmaps over them); every
-    # other key is static (it changes shapes or the compiled program).
-    traced_keys: ClassVar[frozenset[str]] = frozenset(
-        {"lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"}
-    )
-
-    name: Literal["ppo"] = "ppo"
-    num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
-    update_epochs: int = Field(4, gt=0, description="passes over the rollout per epoch")
-    num_minibatches: int = Field(4, gt=0, description="minibatches per pass")
-    lr: float = Field(5e-4, gt=0, description="Adam learning rate")
-    anneal_lr: bool = Field(True, description="anneal the learning rate linearly to 0")
-    gamma: float = Field(0.99, gt=0, le=1, description="discount")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda")
-    clip_eps: float = Field(0.2, gt=0, description="PPO ratio (and value) clip")
-    ent_coef: float = Field(0.01, ge=0, description="entropy bonus coefficient")
-    vf_coef: float = Field(0.5, ge=0, description="value loss coefficient")
-    max_grad_norm: float = Field(0.5, gt=0, description="global gradient-norm clip")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [64, 64], description="MLP widths (actor and critic)"
-    )
-    activation: Literal["tanh", "relu", "gelu", "silu"] = "tanh"
-    torso: Torso = Field("auto", description=TORSO_DESCRIPTION)
-    cnn: CNNConfig = Field(default_factory=CNNConfig)
-    normalize_obs: bool = Field(False, description="running mean/std observation normalisation")
-    normalize_reward: bool = Field(False, description="scale rewards by the return's running std")
-    torch_policy: TorchPolicyConfig | None = Field(
-        None,
-        description="act with a torch nn.Module (fast or universal path); null: the flax networks",
-    )
-
-    def check(self, num_envs: int, total_env_steps: int) -> None:
-        """Minibatches that divide the rollout; a run's gradient steps that fit int32."""
-        minibatch_size(self.num_steps, num_envs, self.num_minibatches)
-        epochs = run_epochs(total_env_steps, self.num_steps, num_envs)
-        check_int32_count(
-            "the run's gradient steps: epochs (total_env_steps / (algo.num_steps * "
-            f"env.num_envs), rounded up: {epochs}) * algo.update_epochs * algo.num_minibatches",
-            epochs * self.update_epochs * self.num_minibatches,
-        )
-
-    def check_observations(self, spec: EnvSpec) -> None:
-        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
-        self.conv(spec)
-
-    def conv(self, spec: EnvSpec) -> ConvSpec | None:
-        """The CNN torso's conv layers for `spec` (None: MLPs alone), from algo.torso/cnn."""
-        return conv_spec(self.torso, self.cnn, spec)
-
-    def hparams(self, spec: EnvSpec) -> PPOHParams:
-        return PPOHParams(
-            lr=self.lr,
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            clip_eps=self.clip_eps,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            max_grad_norm=self.max_grad_norm,
-        )
-
-    def build(
-        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
-    ) -> Algorithm:
-        """network: an injected actor-critic; default the flax `ActorCritic` (with the CNN
-        torso that `algo.torso` chooses)."""
-        if network is None:
-            network = ActorCritic(
-                action_dim=int(spec.action.num_actions or np.prod(spec.action.shape)),
-                discrete=spec.action.discrete,
-                hidden_sizes=tuple(self.hidden_sizes),
-                activation=self.activation,
-                conv=self.conv(spec),
-            )
-        return ppo(
-            network,
-            spec,
-            num_envs=num_envs,
-            num_steps=self.num_steps,
-            num_epochs=num_epochs,
-            update_epochs=self.update_epochs,
-            num_minibatches=self.num_minibatches,
-            anneal_lr=self.anneal_lr,
-            normalize_obs=self.normalize_obs,
-            normalize_reward=self.normalize_reward,
-            hparams=self.hparams(spec),
-        )

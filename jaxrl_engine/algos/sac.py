@@ -13,7 +13,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -21,12 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-from pydantic import Field
 
 from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.configs import SACConfig as SACConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.networks import MLP
 from jaxrl_engine.algos.off_policy import (
-    ContinuousOffPolicyConfig,
     Replay,
     ReplayBatch,
     Schedule,
@@ -276,64 +275,3 @@ def sac(
         train=train,
         static={"actor": actor, "critic": critic},
     )
-
-
-class SACConfig(ContinuousOffPolicyConfig):
-    # The `algo.*` keys that are `SACHParams` leaves (traced); every other key is static.
-    traced_keys: ClassVar[frozenset[str]] = frozenset(
-        {
-            "actor_lr",
-            "critic_lr",
-            "alpha_lr",
-            "gamma",
-            "tau",
-            "init_alpha",
-            "target_entropy",
-            "priority_alpha",
-            "priority_beta",
-            "priority_eps",
-        }
-    )
-
-    name: Literal["sac"] = "sac"
-    actor_lr: float = Field(3e-4, gt=0, description="actor Adam learning rate")
-    critic_lr: float = Field(3e-4, gt=0, description="critic Adam learning rate")
-    alpha_lr: float = Field(3e-4, gt=0, description="entropy-temperature Adam learning rate")
-    tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target critics")
-    init_alpha: float = Field(1.0, gt=0, description="initial entropy temperature")
-    autotune: bool = Field(True, description="tune alpha towards target_entropy")
-    target_entropy: float | None = Field(None, description="entropy target (null: -action_dim)")
-
-    def hparams(self, spec: EnvSpec) -> SACHParams:
-        target = self.target_entropy
-        return SACHParams(
-            actor_lr=self.actor_lr,
-            critic_lr=self.critic_lr,
-            alpha_lr=self.alpha_lr,
-            gamma=self.gamma,
-            tau=self.tau,
-            init_alpha=self.init_alpha,
-            target_entropy=-float(np.prod(spec.action.shape)) if target is None else target,
-            priority_alpha=self.priority_alpha,
-            priority_beta=self.priority_beta,
-            priority_eps=self.priority_eps,
-        )
-
-    def build(
-        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
-    ) -> Algorithm:
-        """network: an injected (actor, critic) pair; default MLPs of `hidden_sizes`."""
-        hidden = tuple(self.hidden_sizes)
-        action_dim = int(np.prod(spec.action.shape))
-        actor, critic = network or (
-            MLP(hidden, 2 * action_dim, self.activation),
-            Critic(hidden, self.activation),
-        )
-        return sac(
-            actor,
-            critic,
-            spec,
-            self.replay(num_envs, num_epochs),
-            autotune=self.autotune,
-            hparams=self.hparams(spec),
-        )

@@ -17,7 +17,7 @@ See `off_policy` for the buffer, sampling and the asynchronous schedule.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -25,12 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-from pydantic import Field
 
 from jaxrl_engine.algos.base import adam
-from jaxrl_engine.algos.networks import MLP
-from jaxrl_engine.algos.off_policy import ContinuousOffPolicyConfig, Replay, ReplayBatch, Schedule
-from jaxrl_engine.algos.sac import ActionScale, Critic, twin_critic_init, twin_q
+from jaxrl_engine.algos.configs import TD3Config as TD3Config  # re-exported (no JAX)
+from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
+from jaxrl_engine.algos.sac import ActionScale, twin_critic_init, twin_q
 from jaxrl_engine.buffers import replay as replay_buffer
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
@@ -218,69 +217,3 @@ def td3(
         train=train,
         static={"actor": actor, "critic": critic, "policy_delay": policy_delay},
     )
-
-
-class TD3Config(ContinuousOffPolicyConfig):
-    # The `algo.*` keys that are `TD3HParams` leaves (traced); every other key is static.
-    traced_keys: ClassVar[frozenset[str]] = frozenset(
-        {
-            "actor_lr",
-            "critic_lr",
-            "gamma",
-            "tau",
-            "exploration_noise",
-            "policy_noise",
-            "noise_clip",
-            "priority_alpha",
-            "priority_beta",
-            "priority_eps",
-        }
-    )
-
-    name: Literal["td3"] = "td3"
-    actor_lr: float = Field(1e-3, gt=0, description="actor Adam learning rate")
-    critic_lr: float = Field(1e-3, gt=0, description="critic Adam learning rate")
-    tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target actor and critics")
-    exploration_noise: float = Field(
-        0.1, ge=0, description="std of the Gaussian acting noise, in [-1, 1] action units"
-    )
-    policy_noise: float = Field(
-        0.2, ge=0, description="std of the target policy smoothing noise, in [-1, 1] units"
-    )
-    noise_clip: float = Field(0.5, ge=0, description="target smoothing noise clipped to +-this")
-    policy_delay: int = Field(
-        2, gt=0, description="gradient steps per actor and target update (delayed updates)"
-    )
-
-    def hparams(self, spec: EnvSpec) -> TD3HParams:
-        return TD3HParams(
-            actor_lr=self.actor_lr,
-            critic_lr=self.critic_lr,
-            gamma=self.gamma,
-            tau=self.tau,
-            exploration_noise=self.exploration_noise,
-            policy_noise=self.policy_noise,
-            noise_clip=self.noise_clip,
-            priority_alpha=self.priority_alpha,
-            priority_beta=self.priority_beta,
-            priority_eps=self.priority_eps,
-        )
-
-    def build(
-        self, spec: EnvSpec, num_envs: int, num_epochs: int, network: Any = None
-    ) -> Algorithm:
-        """network: an injected (actor, critic) pair; default MLPs of `hidden_sizes`."""
-        hidden = tuple(self.hidden_sizes)
-        action_dim = int(np.prod(spec.action.shape))
-        actor, critic = network or (
-            MLP(hidden, action_dim, self.activation),
-            Critic(hidden, self.activation),
-        )
-        return td3(
-            actor,
-            critic,
-            spec,
-            self.replay(num_envs, num_epochs),
-            policy_delay=self.policy_delay,
-            hparams=self.hparams(spec),
-        )
