@@ -61,22 +61,21 @@ def _print_json(summary: dict[str, Any]) -> None:
     print(strict_json(summary))
 
 
-def _bad_input() -> tuple[type[Exception], ...]:
-    from jaxrl_engine.core.warm_up import ShapeMismatchError
-    from jaxrl_engine.distributed.multihost import DistributedError
-    from jaxrl_engine.export.policy import ExportError
-    from jaxrl_engine.io.checkpoint import CheckpointError
-    from jaxrl_engine.io.config import ConfigError
-    from jaxrl_engine.io.files import RunDirError
+# The exceptions that mean bad input (exit 2), by module and name.
+_BAD_INPUT = (
+    ("jaxrl_engine.io.config", "ConfigError"),
+    ("jaxrl_engine.core.warm_up", "ShapeMismatchError"),
+    ("jaxrl_engine.io.checkpoint", "CheckpointError"),
+    ("jaxrl_engine.export.policy", "ExportError"),
+    ("jaxrl_engine.io.files", "RunDirError"),
+    ("jaxrl_engine.distributed.multihost", "DistributedError"),
+)
 
-    return (
-        ConfigError,
-        ShapeMismatchError,
-        CheckpointError,
-        ExportError,
-        RunDirError,
-        DistributedError,
-    )
+
+def _bad_input() -> tuple[type[Exception], ...]:
+    """The bad-input exception classes whose modules are imported: one whose module is not
+    cannot have been raised, and importing it would import JAX (a config error must not)."""
+    return tuple(getattr(sys.modules[m], name) for m, name in _BAD_INPUT if m in sys.modules)
 
 
 def _latest_checkpoint(run: Path | None) -> Path | None:

@@ -109,6 +109,39 @@ def test_installed_executable_rejects_an_unknown_key_with_exit_2(tmp_path):
     assert not any(tmp_path.iterdir()), "a rejected run must not create a run directory"
 
 
+# Runs `jaxrl_engine.cli.main(argv)` in a fresh interpreter, then prints its exit status and
+# which of the heavy packages it imported.
+MAIN_THEN_MODULES = """
+import sys
+from jaxrl_engine import cli
+status = cli.main(sys.argv[1:])
+print(status, sorted(m for m in ("jax", "flax", "optax", "gymnax", "orbax") if m in sys.modules))
+"""
+
+CONFIG_ERRORS = {
+    "unknown key": ("algo.lrr=1", "unknown config key 'algo.lrr'"),
+    "out of range": ("algo.lr=-1", "config key 'algo.lr': Input should be greater than 0"),
+    "conflict": ("algo.num_minibatches=3", "algo.num_minibatches=3 must divide"),
+}
+
+
+@pytest.mark.parametrize("override, message", CONFIG_ERRORS.values(), ids=CONFIG_ERRORS.keys())
+def test_config_errors_answer_before_jax_is_imported(override, message, tmp_path):
+    """Structural config errors exit 2 without importing jax, flax, optax, gymnax or orbax
+    (well under a second; JAX alone takes longer to import)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", MAIN_THEN_MODULES, "train", override, f"run_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,  # (`python -c` puts the working directory first: this checkout's package)
+    )
+    assert proc.stdout.strip() == "2 []", (proc.stdout, proc.stderr)
+    assert_one_paragraph(proc.stderr)
+    assert message in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_successful_run_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
     # 300 steps with 4 envs x 16 steps = 64 per epoch: rounded up to 5 epochs = 320 steps.
     argv = ["train", *SMALL, "total_env_steps=300", "name=tiny", f"run_dir={tmp_path}"]

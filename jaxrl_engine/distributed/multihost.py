@@ -66,17 +66,22 @@ def join(settings: Any) -> bool:
     the job a SLURM or Open MPI launch describes, if any; `auto` true: let
     `jax.distributed.initialize()` detect any cluster it knows; false: stay one process.
     Raises `ConfigError` when JAX has started already, `DistributedError` when joining fails.
+    A process with no job to join does not import JAX here (nor can it have joined one before
+    JAX was imported).
     """
-    import jax
-    from jax._src import xla_bridge
+    if "jax" in sys.modules:
+        import jax
 
-    if jax.distributed.is_initialized():
-        return jax.process_count() > 1
+        if jax.distributed.is_initialized():
+            return jax.process_count() > 1
     launch = None
     if settings.coordinator is None and settings.auto is not False:
         launch = cluster_launch() if settings.auto is None else "auto-detected"
     if settings.coordinator is None and launch is None:
         return False
+    import jax
+    from jax._src import xla_bridge
+
     if xla_bridge.backends_are_initialized():
         raise ConfigError(
             "distributed: JAX has already started in this process, so it cannot join a "

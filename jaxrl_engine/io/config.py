@@ -7,6 +7,12 @@ valid choices, before anything is compiled: every number fits its device dtype (
 the run's step counts fit the engine's int32 counters, env params keep their defaults' types,
 the algorithm fits the env's action space, `name` is one folder name, and config files are
 small UTF-8 YAML without alias bombs. Messages are bounded in length.
+
+`load_config` validates twice: first everything that needs no env, without importing JAX,
+flax or gymnax (`algos.configs` holds the algorithms' config classes for this), so that a
+wrong key, type, value or size is answered in a fraction of a second; then the whole config,
+whose env checks (env params, the action and observation spaces, an id gymnax must look up)
+make the env. A `Config` is only ever built by the second, full validation.
 """
 
 from __future__ import annotations
@@ -22,12 +28,17 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-import numpy as np
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from jaxrl_engine.algos import ALGORITHMS
-from jaxrl_engine.algos.ppo import PPOConfig
+from jaxrl_engine.algos.configs import ALGORITHMS, PPOConfig
 from jaxrl_engine.io.schema import INT32_MAX, Strict, run_epochs
 
 MAX_CONFIG_BYTES = 2**20  # a config file or an override value
@@ -50,6 +61,46 @@ class ConfigError(ValueError):
 
 
 _FIELD_TAG = "\x00field:"
+
+# The validation context of `config_from_dict`'s first pass, which skips the checks that make an
+# env (they import gymnax and JAX). Private: its result is thrown away, so no `Config` skips them.
+_STRUCTURE_ONLY = object()
+
+
+def _structure_only(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and info.context.get(_STRUCTURE_ONLY) is True
+
+
+# gymnax 1.0's `registered_envs` less the ones the adapter refuses (`envs.gymnax_env._EXCLUDED`),
+# i.e. `available_env_ids()`, known without importing gymnax (a test checks they agree). An id
+# not listed here is looked up in gymnax itself.
+GYMNAX_ENV_IDS = (
+    "CartPole-v1",
+    "Pendulum-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "Seaquest-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Catch-bsuite",
+    "DeepSea-bsuite",
+    "MemoryChain-bsuite",
+    "UmbrellaChain-bsuite",
+    "DiscountingChain-bsuite",
+    "SimpleBandit-bsuite",
+    "FourRooms-misc",
+    "MetaMaze-misc",
+    "PointRobot-misc",
+    "BernoulliBandit-misc",
+    "GaussianBandit-misc",
+    "Reacher-misc",
+    "Swimmer-misc",
+    "Pong-misc",
+    "FrozenLake-misc",
+)
 
 
 def field_error(field: str, message: str) -> ValueError:
@@ -88,13 +139,17 @@ class EnvConfig(Strict):
     )
 
     @model_validator(mode="after")
-    def _known_id(self) -> EnvConfig:
+    def _known_id(self, info: ValidationInfo) -> EnvConfig:
+        """A known id of the suite; the EnvPool and unlisted gymnax ids need their suite
+        imported (JAX with it), so `load_config`'s first pass leaves them to the second."""
         if self.actor_device is not None and self.overlap is False:
             raise field_error(
                 "actor_device",
                 f"{self.actor_device} places the actor of env.overlap, which is false",
             )
         if self.suite == "envpool":
+            if _structure_only(info):
+                return self
             from jaxrl_engine.envs.envpool_env import envpool_ids
 
             try:
@@ -120,14 +175,15 @@ class EnvConfig(Strict):
                     + (f"; similar: {', '.join(close)}" if close else ""),
                 )
             return self
-        from jaxrl_engine.envs.gymnax_env import available_env_ids
+        if self.id not in GYMNAX_ENV_IDS and not _structure_only(info):
+            from jaxrl_engine.envs.gymnax_env import available_env_ids
 
-        if self.id not in available_env_ids():
-            raise field_error(
-                "id",
-                f"unknown env id {self.id!r}; valid choices: {', '.join(available_env_ids())} "
-                "(or env.suite=gymnasium for gymnasium ids)",
-            )
+            if self.id not in available_env_ids():
+                raise field_error(
+                    "id",
+                    f"unknown env id {self.id!r}; valid choices: "
+                    f"{', '.join(available_env_ids())} (or env.suite=gymnasium for gymnasium ids)",
+                )
         if any(isinstance(v, str) for v in self.params.values()):
             raise field_error("params", "the params of a gymnax env are numbers or booleans")
         return self
@@ -351,8 +407,10 @@ class Config(Strict):
         return list(dict.fromkeys(["jsonl", *value]))  # type: ignore[list-item]
 
     @model_validator(mode="after")
-    def _consistent(self) -> Config:
-        """Sizes, env params and the action space, checked together (before any compile)."""
+    def _consistent(self, info: ValidationInfo) -> Config:
+        """Sizes, env params and the action space, checked together (before any compile); the
+        checks that make the env (gymnax or the host suite: JAX) are left out of
+        `load_config`'s first pass."""
         per_epoch = self.algo.num_steps * self.env.num_envs
         epochs = run_epochs(self.total_env_steps, self.algo.num_steps, self.env.num_envs)
         if epochs * per_epoch > INT32_MAX:
@@ -368,6 +426,8 @@ class Config(Strict):
                 f"{self.eval.env_id!r}: a gymnax run evaluates in its own env (env.id="
                 f"{self.env.id}); eval.env_params changes its params for evaluation",
             )
+        if _structure_only(info):
+            return self
         if self.env.suite != "gymnax":
             from jaxrl_engine.envs.host import host_env
 
@@ -382,6 +442,8 @@ class Config(Strict):
         _check_action_space(self.algo, self.env.id, spec.action)
         if hasattr(self.algo, "check_observations"):  # e.g. algo.torso=cnn on non-images
             self.algo.check_observations(spec)
+        import numpy as np
+
         replay = getattr(self.algo, "buffer_size", 0) > per_epoch
         rows = self.algo.buffer_size if replay else per_epoch
         obs_bytes = rows * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
@@ -652,6 +714,9 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) ->
     """Validate a config mapping (e.g. a checkpoint's resolved config) with dotted overrides."""
     raw = apply_overrides(raw, list(overrides or []))
     try:
+        # First without the checks that make an env, so that every other error is answered
+        # before JAX is imported; then the whole config (its result is the only one kept).
+        Config.model_validate(raw, context={_STRUCTURE_ONLY: True})
         return Config.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_format(e)) from None

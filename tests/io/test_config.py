@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 import jaxrl_engine as jre
 from jaxrl_engine.algos import ALGORITHMS as ALGO_CONFIGS
 from jaxrl_engine.algos.ppo import PPOConfig
+from jaxrl_engine.io import config as config_module
 from jaxrl_engine.run.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,3 +196,52 @@ def test_random_overrides_load_or_raise_config_error(overrides):
         assert str(e)
     else:
         assert isinstance(cfg, jre.Config)
+
+
+HEAVY = ("jax", "flax", "optax", "gymnax", "orbax")
+
+
+@pytest.mark.parametrize(
+    "module", ["jaxrl_engine.io.config", "jaxrl_engine.algos", "jaxrl_engine.algos.configs"]
+)
+def test_the_config_schema_imports_without_jax(module):
+    """The schema (and the algorithms' config classes) import without JAX and the packages
+    built on it, so that a config error is answered before JAX starts."""
+    code = f"import sys, {module}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)
+
+
+def test_the_jax_free_gymnax_ids_are_gymnax_s_own():
+    """`GYMNAX_ENV_IDS` (known without importing gymnax) is what the adapter accepts, in
+    gymnax's order: gymnax's registered ids less the ones it refuses."""
+    import gymnax
+
+    from jaxrl_engine.envs.gymnax_env import _EXCLUDED, available_env_ids
+
+    assert list(config_module.GYMNAX_ENV_IDS) == available_env_ids()
+    assert set(config_module.GYMNAX_ENV_IDS) | set(_EXCLUDED) == set(gymnax.registered_envs)
+
+
+def test_structure_errors_come_first_and_env_errors_still_come():
+    """load_config's first pass (no env) reports structural errors; the second still checks
+    what needs the env, with the same messages, and a Config built directly runs both."""
+    with pytest.raises(jre.ConfigError) as e:
+        jre.load_config(None, ["env.id=CartPole-v9", "algo.lrr=1"])
+    assert "'algo.lrr'" in str(e.value) and "CartPole-v9" not in str(e.value)
+    for overrides, fragment in [
+        (["env.id=CartPole-v9"], "unknown env id 'CartPole-v9'; valid choices: CartPole-v1"),
+        (["env.id=MNISTBandit-bsuite"], "unknown env id 'MNISTBandit-bsuite'"),
+        (["env.params.bogus=1"], "unknown env param(s) ['bogus']"),
+        (["algo.name=sac"], "algo.name=sac needs a continuous action space"),
+        (["algo.torso=cnn"], "algo.torso=cnn needs image observations"),
+    ]:
+        with pytest.raises(jre.ConfigError, match=re.escape(fragment)):
+            jre.load_config(None, overrides)
+    with pytest.raises(ValidationError, match="unknown env param"):
+        jre.Config.model_validate({"env": {"params": {"bogus": 1}}})
+    cfg = jre.load_config(None, ["env.id=Pendulum-v1", "algo.name=sac"])
+    with pytest.raises(ValidationError, match="needs a discrete action space"):
+        cfg.algo = ALGO_CONFIGS["dqn"]()  # (assignments are validated whole, env included)
