@@ -6,7 +6,8 @@ Importing `jaxrl_engine` never imports torch; these modules import it when first
 - `dlpack`: `from_torch` / `to_torch` over pytrees with `copy="never" | "if_needed" | "always"`,
   every trap of NOTES-jax-torch.md as an error or a reported copy (`BridgeReport`),
   `shares_memory`, `check_donatable`.
-- `convert`: the fast path's translator (`module_to_jax`) for nn.Sequential stacks.
+- `convert`: the fast path's translator (`module_to_jax`): nn.Sequential stacks, and modules
+  whose forward composes supported layers (traced with torch.fx).
 - `torch_policy`: `TorchFunction` (fast or universal path), `TorchActorCritic` (PPO's network;
   `algo.torch_policy` in the config), `export_to_torch`.
 - `torch_learner`: `TorchPPOLearner`, PPO's `train` phase in torch (`learner: torch`).

@@ -1,4 +1,4 @@
-"""The fast path's converter: a torch `nn.Sequential` -> a native JAX function of its weights.
+"""The fast path's converter: a torch module -> a native JAX function of its weights.
 
 `module_to_jax(module)` returns `(apply, params)`: `params` is the module's state dict bridged
 by DLPack (zero-copy: the arrays alias torch's live weights), `apply(params, x)` is pure JAX
@@ -9,11 +9,13 @@ MLP compiles with no transpose at all. (XLA:CPU itself runs convolutions in NHWC
 layer's NCHW activations and OIHW weights are re-laid out inside the compiled call; that is
 XLA's choice for any NCHW convolution, not the bridge's.)
 
-Supported: `nn.Sequential` (nested) of Linear, Conv2d, LayerNorm, Flatten, Identity, Dropout
-(identity: acting is eval mode), the activations in `ACTIVATIONS` and `torch_layers.ChannelsFirst`
-(a transpose: a CNN on [H, W, C] observations puts it before its first Conv2d, so the conv
-layers and the flatten before the first Linear see torch's NCHW order in both paths). Anything else raises
-`UnsupportedModuleError` naming the module and pointing to the universal path (any module,
+Supported: the layers in `SUPPORTED` (Linear, Conv2d, LayerNorm, Flatten, Identity, Dropout
+(identity: acting is eval mode), the activations in `_activations`, `torch_layers.ChannelsFirst`)
+as an `nn.Sequential` (nested), and any module whose `forward(x)` composes them: such a module
+is traced with `torch.fx` and its graph translated node by node, the layers as above and the
+tensor functions and methods in `_FUNCTIONS` / `_METHODS` (arithmetic, activations, reshapes,
+concatenation, reductions). Anything else raises `UnsupportedModuleError` naming the first
+module or operation the fast path cannot run and pointing to the universal path (any module,
 called through a callback). PyPI `torch2jax` 0.1.0 also translates modules with our pins (its
 t2j direction works; its j2t calls the removed `jax.dlpack.to_dlpack`); we keep this small
 converter because it refuses what it cannot translate up front and keeps torch's layouts.
@@ -21,6 +23,7 @@ converter because it refuses what it cannot translate up front and keeps torch's
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -156,13 +159,188 @@ def _layers(module: torch.nn.Module, prefix: str) -> list[Layer]:
     if activation is not None:
         fn = activation(module)
         return [lambda p, x: fn(x)]
-    where = prefix[:-1] or "<root>"
-    raise UnsupportedModuleError(
-        f"module {where} ({type(module).__name__}) is not supported by the fast path, which "
-        f"translates nn.Sequential stacks of: {SUPPORTED}. Use the universal path instead "
+    if type(module).forward is not nn.Module.forward and not _is_torch_layer(module):
+        return [_traced(module, prefix)]  # a module of the user's: its forward's graph
+    raise _unsupported(f"module {prefix[:-1] or '<root>'} ({type(module).__name__})")
+
+
+def _is_torch_layer(module: Any) -> bool:
+    """A layer of torch.nn itself (BatchNorm1d, GRU, ...): torch.fx would not look inside it."""
+    return type(module).__module__.startswith("torch.nn")
+
+
+def _unsupported(what: str) -> UnsupportedModuleError:
+    return UnsupportedModuleError(
+        f"{what} is not supported by the fast path, which translates the layers "
+        f"{SUPPORTED} and modules whose forward composes them with the tensor operations "
+        f"{', '.join(sorted({*_FUNCTION_NAMES, *_METHODS}))}. Use the universal path instead "
         "(algo.torch_policy.path=universal, or TorchFunction(module, path='universal') in "
         "jaxrl_engine.interop.torch_policy), which calls any module through a callback"
     )
+
+
+# Tensor methods the graph may call (x.view(...), x.relu(), ...): name -> f(x, *args, **kwargs).
+_METHODS: dict[str, Callable[..., Any]] = {
+    "size": lambda x, dim=None: x.shape if dim is None else x.shape[dim],
+    "dim": lambda x: x.ndim,
+    "view": lambda x, *shape: x.reshape(*shape),
+    "reshape": lambda x, *shape: x.reshape(*shape),
+    "flatten": lambda x, start_dim=0, end_dim=-1: _flat(x, start_dim, end_dim),
+    "permute": lambda x, *dims: jnp.transpose(x, dims[0] if len(dims) == 1 else dims),
+    "transpose": lambda x, a, b: jnp.swapaxes(x, a, b),
+    "movedim": lambda x, source, destination: jnp.moveaxis(x, source, destination),
+    "unsqueeze": lambda x, dim: jnp.expand_dims(x, dim),
+    "squeeze": lambda x, dim=None: jnp.squeeze(x, dim),
+    "contiguous": lambda x: x,
+    "float": lambda x: x.astype(jnp.float32),
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "exp": jnp.exp,
+    "abs": jnp.abs,
+    "mean": lambda x, dim=None, keepdim=False: x.mean(dim, keepdims=keepdim),
+    "sum": lambda x, dim=None, keepdim=False: x.sum(dim, keepdims=keepdim),
+    "clamp": lambda x, min=None, max=None: jnp.clip(x, min, max),
+    "add": lambda x, y: x + y,
+    "mul": lambda x, y: x * y,
+}
+
+
+def _flat(x: jax.Array, start_dim: int = 0, end_dim: int = -1) -> jax.Array:
+    start, end = start_dim % x.ndim, end_dim % x.ndim
+    return x.reshape((*x.shape[:start], -1, *x.shape[end + 1 :]))
+
+
+def _functions() -> dict[Any, Callable[..., Any]]:
+    """torch functions the graph may call (torch.relu, F.gelu, x + y, ...): target -> f."""
+    import torch
+    import torch.nn.functional as F
+
+    def softmax(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda x, dim=-1, **_: fn(x, axis=-1 if dim is None else dim)
+
+    return {
+        operator.add: operator.add,
+        operator.sub: operator.sub,
+        operator.mul: operator.mul,
+        operator.truediv: operator.truediv,
+        operator.matmul: operator.matmul,
+        operator.neg: operator.neg,
+        operator.getitem: operator.getitem,
+        torch.add: lambda x, y: x + y,
+        torch.mul: lambda x, y: x * y,
+        torch.cat: lambda tensors, dim=0: jnp.concatenate(tensors, axis=dim),
+        torch.concat: lambda tensors, dim=0: jnp.concatenate(tensors, axis=dim),
+        torch.stack: lambda tensors, dim=0: jnp.stack(tensors, axis=dim),
+        torch.flatten: _flat,
+        torch.relu: jax.nn.relu,
+        torch.tanh: jnp.tanh,
+        torch.sigmoid: jax.nn.sigmoid,
+        torch.exp: jnp.exp,
+        torch.clamp: lambda x, min=None, max=None: jnp.clip(x, min, max),
+        F.relu: lambda x, inplace=False: jax.nn.relu(x),
+        F.tanh: jnp.tanh,
+        F.sigmoid: jax.nn.sigmoid,
+        F.silu: lambda x, inplace=False: jax.nn.silu(x),
+        F.gelu: lambda x, approximate="none": jax.nn.gelu(x, approximate=approximate == "tanh"),
+        F.elu: lambda x, alpha=1.0, inplace=False: jax.nn.elu(x, alpha),
+        F.leaky_relu: lambda x, negative_slope=0.01, inplace=False: jax.nn.leaky_relu(
+            x, negative_slope
+        ),
+        F.softmax: softmax(jax.nn.softmax),
+        F.log_softmax: softmax(jax.nn.log_softmax),
+    }
+
+
+_FUNCTION_NAMES = [
+    "+",
+    "-",
+    "*",
+    "/",
+    "neg",
+    "[]",
+    "torch.add",
+    "mul",
+    "cat",
+    "concat",
+    "stack",
+    "flatten",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "exp",
+    "clamp",
+    "F.relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "elu",
+    "leaky_relu",
+    "softmax",
+    "log_softmax",
+]
+
+
+def _traced(module: torch.nn.Module, prefix: str) -> Layer:
+    """A module of the user's, through its torch.fx graph: each node becomes the JAX op of its
+    layer, function or method (the layers' weights read from `params` under `prefix`)."""
+    from torch import fx
+
+    where = f"{prefix[:-1] or '<root>'} ({type(module).__name__})"
+    try:
+        graph = fx.symbolic_trace(module).graph
+    except Exception as e:  # data-dependent control flow, an op fx cannot trace
+        raise _unsupported(
+            f"module {where}, whose forward torch.fx cannot trace ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else ''}),"
+        ) from None
+    functions = _functions()
+    steps: list[tuple[Any, Callable[..., Any], Any, Any]] = []  # (node, fn, args, kwargs)
+    inputs = [node for node in graph.nodes if node.op == "placeholder"]
+    if len(inputs) != 1:
+        raise _unsupported(f"module {where}: a forward of {len(inputs)} inputs (one: x)")
+    output: Any = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            output = node.args[0]
+        elif node.op == "call_module":
+            layers = _layers(module.get_submodule(node.target), f"{prefix}{node.target}.")
+
+            def run(p: Params, x: Any, _layers: list[Layer] = layers) -> Any:
+                for layer in _layers:
+                    x = layer(p, x)
+                return x
+
+            steps.append((node, run, node.args, node.kwargs))
+        elif node.op == "get_attr":  # a weight used directly (x @ self.w): from params
+            if node.target not in module.state_dict():
+                raise _unsupported(f"the attribute {node.target!r} of module {where}")
+            steps.append((node, lambda p, _name=f"{prefix}{node.target}": p[_name], (), {}))
+        elif node.op == "call_function" and node.target in functions:
+            fn = functions[node.target]
+            steps.append((node, lambda p, *a, _fn=fn, **k: _fn(*a, **k), node.args, node.kwargs))
+        elif node.op == "call_method" and node.target in _METHODS:
+            fn = _METHODS[node.target]
+            steps.append((node, lambda p, *a, _fn=fn, **k: _fn(*a, **k), node.args, node.kwargs))
+        else:
+            target = getattr(node.target, "__name__", str(node.target))
+            kind = {"call_method": "method", "call_function": "function"}.get(node.op, node.op)
+            raise _unsupported(f"the {kind} {target!r} in the forward of module {where}")
+
+    def apply(p: Params, x: jax.Array) -> jax.Array:
+        values: dict[Any, Any] = {inputs[0]: x}
+
+        def value(a: Any) -> Any:
+            return fx.node.map_arg(a, lambda n: values[n])
+
+        for node, fn, args, kwargs in steps:
+            values[node] = fn(p, *value(args), **value(kwargs))
+        return value(output)
+
+    return apply
 
 
 def module_to_jax(

@@ -128,6 +128,80 @@ def test_unsupported_modules_are_refused_pointing_to_the_universal_path(module):
         module_to_jax(module)
 
 
+class Residual(nn.Module):
+    """A forward that composes layers with tensor operations: a residual add with a weight
+    used directly, a reshape through x.size, a concatenation, a nested Sequential head."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.randn(8))
+        self.head = nn.Sequential(nn.Tanh(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        h = torch.nn.functional.relu(self.a(x))
+        h2 = h + torch.tanh(self.b(h)) * self.scale
+        return self.head(torch.cat([h, h2.view(h2.size(0), -1)], dim=-1))
+
+
+class ChannelsLastConv(nn.Module):
+    """A CNN on [N, H, W, C] images permuting to NCHW itself, with a functional activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.out = nn.Conv2d(3, 4, 3), nn.Linear(4 * 3 * 3, 2)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.conv(x.permute(0, 3, 1, 2)))
+        return torch.nn.functional.log_softmax(self.out(y.flatten(1)), dim=-1)
+
+
+@pytest.mark.parametrize(
+    ("module", "shape"), [(Residual, (5, 4)), (ChannelsLastConv, (2, 5, 5, 3))]
+)
+def test_a_module_whose_forward_composes_layers_takes_the_fast_path(module, shape):
+    torch.manual_seed(0)
+    module = module().eval()
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    apply, params = module_to_jax(module)  # traced with torch.fx, translated node by node
+    got = np.asarray(jax.jit(apply)(params, jnp.asarray(x)))
+    np.testing.assert_allclose(got, module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+    grads = jax.grad(lambda p: apply(p, jnp.asarray(x)).sum())(params)
+    assert set(grads) == set(module.state_dict())  # scale too: every weight is trainable
+
+
+class Sorting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.sort(self.lin(x)).values
+
+
+class Branching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) if x.sum() > 0 else x
+
+
+@pytest.mark.parametrize(
+    ("module", "named"),
+    [
+        (Sorting, "the function 'sort' in the forward of module <root> (Sorting)"),
+        (Branching, "module <root> (Branching), whose forward torch.fx cannot trace"),
+    ],
+)
+def test_the_first_operation_the_fast_path_cannot_run_is_named(module, named):
+    with pytest.raises(UnsupportedModuleError) as refused:
+        module_to_jax(module())
+    assert named in str(refused.value)
+    assert "algo.torch_policy.path=universal" in str(refused.value)
+
+
 def test_the_universal_path_runs_what_the_fast_path_refuses():
     module = Custom().eval()
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
