@@ -363,7 +363,7 @@ def _train_in(directory: Path, argv: list[str], capsys) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(overrides=st.lists(fuzz_override, max_size=3))
 def test_fuzzed_overrides_train_or_exit_2_and_write_only_their_run_directory(
@@ -374,7 +374,7 @@ def test_fuzzed_overrides_train_or_exit_2_and_write_only_their_run_directory(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(document=st.one_of(config_doc.map(lambda d: yaml.safe_dump(d)), raw_yaml))
 def test_fuzzed_yaml_documents_train_or_exit_2_and_write_only_their_run_directory(

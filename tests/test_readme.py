@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import inspect
 import re
+import shutil
 import sys
 import types
 from pathlib import Path
+
+import pytest
 
 from jaxrl_engine.core import hooks, nan_guard, offload, timing
 
@@ -73,6 +76,31 @@ def _subsection(title: str) -> str:
 
 def _python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_the_library_and_sweep_snippets_run_in_order_after_the_train_command(tmp_path, monkeypatch):
+    """A fresh directory holding what a clone holds (`configs/`): the README's first command,
+    then its "Use it as a library" and "Sweeps" Python blocks in order, in one namespace, as
+    written but for a shorter budget (`total_env_steps` added to each config they load)."""
+    from jaxrl_engine import cli
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    budget = ["total_env_steps=2048", "progress=false"]  # 2 epochs of 16 envs x 128 steps
+    assert cli.main(["train", *budget]) == 0  # the README's first command (runs/ppo_cartpole)
+    blocks = _python_blocks(_section("## Use it as a library")) + _python_blocks(
+        _section("## Sweeps: seeds x hyperparameters")
+    )
+    assert len(blocks) == 2
+    source = "\n".join(blocks)
+    shortened = source.replace("overrides=[", f"overrides=[{', '.join(map(repr, budget))}, ")
+    assert shortened.count("total_env_steps=2048") == source.count("overrides=[") == 2
+    namespace: dict = {"__name__": "readme_library"}
+    exec(compile(shortened, "README.md (library, sweeps)", "exec"), namespace)
+    assert namespace["summary"]["members"] == 48
+    assert (tmp_path / "runs" / "lib_demo" / "summary.json").is_file()
+    assert (tmp_path / "runs" / "ppo_cartpole" / "summary.json").is_file()  # left as it was
 
 
 def test_add_an_env_guide_trains_its_env_to_the_optimum(tmp_path, monkeypatch):

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha256`
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
+QUIET_S, DISCARD_S = 0.5, 10.0  # after a failed save: its tmp dir gone for this long, at most
 META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
 CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32 (has a sum64)
 
@@ -325,11 +326,23 @@ class Checkpointer:
         return failure
 
     def _discard_failed_save(self) -> None:
-        """Let the failed save's threads finish, then reopen orbax (removing its tmp dir)."""
+        """Let the failed save's threads finish, then reopen orbax (removing its tmp dir).
+
+        The other items of the failed save may still be written (tensorstore's threads) after
+        orbax raised: the tmp dir is removed until it stays gone for QUIET_S (at most
+        DISCARD_S), so that no partial write is left behind, however slow the machine."""
         gc.collect()
-        time.sleep(0.2)
         with contextlib.suppress(Exception):
             self._manager.close()
+        if not self._read_only and is_primary():
+            deadline, quiet_since = time.monotonic() + DISCARD_S, time.monotonic()
+            while time.monotonic() < deadline and time.monotonic() - quiet_since < QUIET_S:
+                stale = list(self.directory.glob(f"*{TMP_SUFFIX}*"))
+                for path in stale:
+                    shutil.rmtree(path, ignore_errors=True)
+                if stale:
+                    quiet_since = time.monotonic()
+                time.sleep(0.05)
         self._manager = self._open()
 
     def wait(self) -> None:
