@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def first_lines(args: list[str], cwd: str) -> tuple[float, float, float, dict]:
         now = time.perf_counter() - start
         if math.isnan(first):
             first = now
-        if "compiling" in line and math.isnan(compiling):
+        if re.search(r"compiling \w+ \(\d+/\d+\)", line) and math.isnan(compiling):
             compiling = now
     out = proc.stdout.read()
     proc.wait()

@@ -134,15 +134,18 @@ def _train(args: argparse.Namespace) -> int:
             )
             raise_if_stopped()
         else:
-            cfg = load_config(config, overrides)
+
+            def starting(cfg: Any) -> None:  # keys, types and sizes valid; the env is next
+                if cfg.progress:
+                    print(
+                        f"jaxrl-engine: {cfg.name}: making {cfg.env.id} ({cfg.env.num_envs} "
+                        f"envs) and {cfg.algo.name}; importing JAX",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+            cfg = load_config(config, overrides, on_structure=starting)
             run = Path(cfg.run_dir) / cfg.name
-            if cfg.progress:
-                print(
-                    f"jaxrl-engine: {cfg.name}: building {cfg.algo.name} on {cfg.env.id} "
-                    f"({cfg.env.num_envs} envs), then compiling",
-                    file=sys.stderr,
-                    flush=True,
-                )
             import jax
 
             from jaxrl_engine.compose import build

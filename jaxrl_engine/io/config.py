@@ -25,6 +25,7 @@ import os
 import re
 import reprlib
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -649,9 +650,17 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config (None: the built-in default), apply dotted overrides, validate."""
-    return config_from_dict(_read_config(path), overrides)
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    on_structure: Callable[[Config], None] | None = None,
+) -> Config:
+    """Load a YAML config (None: the built-in default), apply dotted overrides, validate.
+
+    on_structure(cfg): called between the two validations (see the module docstring) with
+    the config whose keys, types, values and sizes are valid and whose env checks are still
+    to come (the CLI's first status line); only the returned config is fully validated."""
+    return config_from_dict(_read_config(path), overrides, on_structure)
 
 
 def load_distributed(
@@ -710,13 +719,19 @@ def _read_text(path: Path, name: str) -> str:
         ) from None
 
 
-def config_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> Config:
+def config_from_dict(
+    raw: dict[str, Any],
+    overrides: list[str] | None = None,
+    on_structure: Callable[[Config], None] | None = None,
+) -> Config:
     """Validate a config mapping (e.g. a checkpoint's resolved config) with dotted overrides."""
     raw = apply_overrides(raw, list(overrides or []))
     try:
         # First without the checks that make an env, so that every other error is answered
         # before JAX is imported; then the whole config (its result is the only one kept).
-        Config.model_validate(raw, context={_STRUCTURE_ONLY: True})
+        structure = Config.model_validate(raw, context={_STRUCTURE_ONLY: True})
+        if on_structure is not None:
+            on_structure(structure)
         return Config.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_format(e)) from None
