@@ -237,6 +237,7 @@ class Driver:
         epochs that passed `nan_guard`, and the guard's error with the failing epoch's metrics
         (the compiled loop stops after that epoch: the state is its state)."""
         cfg, start_epoch, total = self.cfg, run.done, run.total
+        began = time.perf_counter()
         if cfg.profile:  # one epoch, each phase its own timed call
             n, metrics = 1, {}
             for name in EPOCH_PHASES:
@@ -250,7 +251,7 @@ class Driver:
             boundaries = [total, (start_epoch // interval + 1) * interval]
             boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
             n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
-            began = time.perf_counter()
+            began = time.perf_counter()  # (the chunk's own start, after the boundaries)
             with _host_errors(engine):
                 if self.overlap:
                     state, rows = overlapped_epochs(engine, state, n, self.actor_device)
@@ -265,9 +266,12 @@ class Driver:
             with _host_errors(engine):
                 state, eval_metrics = engine.timed_call("evaluate", state)
             rows[-1] = {**rows[-1], **to_host(eval_metrics)}
-        wall_s = time.perf_counter() - run.wall_start
+        # An epoch's wall_s: the epochs of one compiled call run back to back, so each gets an
+        # equal share of the call (the last one also its evaluation), not the call's end time.
+        start_s, call_s = began - run.wall_start, time.perf_counter() - began
         records: list[Record] = []
         for i, metrics in enumerate(rows):
+            wall_s = start_s + call_s * (i + 1) / len(rows)
             epoch = start_epoch + i + 1
             try:
                 check_guards(metrics, engine.guarded_names, epoch)
