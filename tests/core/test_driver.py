@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -55,7 +56,7 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     assert [r["epoch"] for r in history] == [1, 2, 3, 4, 5]
     # Each epoch its own time (epochs 1-2 ran in one compiled call: they share it out).
     walls = [r["wall_s"] for r in records]
-    assert all(0 < a < b for a, b in zip(walls, walls[1:])), walls
+    assert all(0 < a < b for a, b in itertools.pairwise(walls)), walls
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary) >= SUMMARY_KEYS

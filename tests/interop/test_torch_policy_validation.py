@@ -39,17 +39,19 @@ def cartpole_sized(in_shape, out_dim, out_scale):
     return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, out_dim))
 
 
-class Doubled(nn.Module):
+class Sorted(nn.Module):
+    """A forward with an operation the fast path does not translate (torch.sort)."""
+
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.lin = nn.Linear(in_dim, out_dim)
 
     def forward(self, x):
-        return self.lin(x) * 2
+        return torch.sort(self.lin(x), dim=-1).values
 
 
 def custom(in_shape, out_dim, out_scale):
-    return Doubled(in_shape[0], out_dim)
+    return Sorted(in_shape[0], out_dim)
 
 
 def refuse(capsys, tmp_path, factory: str, *overrides: str, expected: tuple[str, ...]) -> None:
@@ -202,7 +204,11 @@ def test_an_unsupported_module_on_the_fast_path(capsys, tmp_path):
         capsys,
         tmp_path,
         f"{HERE}:custom",
-        expected=("not supported by the fast path", "algo.torch_policy.path=universal"),
+        expected=(
+            "the function 'sort' in the forward of module <root> (Sorted)",
+            "not supported by the fast path",
+            "algo.torch_policy.path=universal",
+        ),
     )
 
 
