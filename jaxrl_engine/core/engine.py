@@ -310,27 +310,23 @@ class Engine:
         chained = [name for name in EPOCH_PHASES if name in wanted]
         along = EPOCH_PHASES[: EPOCH_PHASES.index(chained[-1]) + 1] if chained else ()
         others = [n for n in ("evaluate", "epoch", "learn", "epochs") if n in wanted]
-        count, done = len(along) + len(others), [0]
-
-        def compile_one(name: str, fn: Any, *args: Any) -> Any:
-            done[0] += 1
-            if on_compile is not None:
-                on_compile(name, done[0], count)
-            return self._compile(name, fn, *args)
-
+        plan = [*along, *others]
         current = boundary
-        for name in along:  # along the data flow, up to the last phase asked for
-            compiled = compile_one(name, getattr(self, name), current)
-            try:
-                current = compiled.out_info[0]
-            except AssertionError:
-                # A phase with ordered effects (a host env's callbacks): jax does not give
-                # its output layouts; its outputs have the state's shapes and placement.
-                current = boundary
-        for name in others:  # evaluate and epoch from the state; learn from the state after
-            # a rollout (same shapes); epochs from the state and its epoch count
-            extra = (jax.ShapeDtypeStruct((), jnp.int32),) if name == "epochs" else ()
-            compile_one(name, getattr(self, name), boundary, *extra)
+        for i, name in enumerate(plan, 1):
+            if on_compile is not None:
+                on_compile(name, i, len(plan))
+            if name in along:  # along the data flow, up to the last phase asked for
+                compiled = self._compile(name, getattr(self, name), current)
+                try:
+                    current = compiled.out_info[0]
+                except AssertionError:
+                    # A phase with ordered effects (a host env's callbacks): jax does not give
+                    # its output layouts; its outputs have the state's shapes and placement.
+                    current = boundary
+            else:  # evaluate, epoch and learn (after a rollout: the same shapes) from the
+                # state; epochs from the state and its epoch count
+                extra = (jax.ShapeDtypeStruct((), jnp.int32),) if name == "epochs" else ()
+                self._compile(name, getattr(self, name), boundary, *extra)
         return state
 
     def _compile(self, name: str, fn: Any, *args: Any) -> Any:

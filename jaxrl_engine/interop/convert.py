@@ -13,7 +13,7 @@ Supported: the layers in `SUPPORTED` (Linear, Conv2d, LayerNorm, Flatten, Identi
 (identity: acting is eval mode), the activations in `_activations`, `torch_layers.ChannelsFirst`)
 as an `nn.Sequential` (nested), and any module whose `forward(x)` composes them: such a module
 is traced with `torch.fx` and its graph translated node by node, the layers as above and the
-tensor functions and methods in `_FUNCTIONS` / `_METHODS` (arithmetic, activations, reshapes,
+tensor functions and methods in `_functions()` / `_METHODS` (arithmetic, activations, reshapes,
 concatenation, reductions). Anything else raises `UnsupportedModuleError` naming the first
 module or operation the fast path cannot run and pointing to the universal path (any module,
 called through a callback). PyPI `torch2jax` 0.1.0 also translates modules with our pins (its
@@ -127,12 +127,7 @@ def _layer_norm(prefix: str, m: torch.nn.LayerNorm) -> Layer:
 
 
 def _flatten(m: torch.nn.Flatten) -> Layer:
-    def apply(p: Params, x: jax.Array) -> jax.Array:
-        start = m.start_dim % x.ndim
-        end = m.end_dim % x.ndim
-        return x.reshape((*x.shape[:start], -1, *x.shape[end + 1 :]))
-
-    return apply
+    return lambda p, x: _flat(x, m.start_dim, m.end_dim)
 
 
 def _layers(module: torch.nn.Module, prefix: str) -> list[Layer]:
@@ -173,7 +168,7 @@ def _unsupported(what: str) -> UnsupportedModuleError:
     return UnsupportedModuleError(
         f"{what} is not supported by the fast path, which translates the layers "
         f"{SUPPORTED} and modules whose forward composes them with the tensor operations "
-        f"{', '.join(sorted({*_FUNCTION_NAMES, *_METHODS}))}. Use the universal path instead "
+        f"{', '.join(_operation_names())}. Use the universal path instead "
         "(algo.torch_policy.path=universal, or TorchFunction(module, path='universal') in "
         "jaxrl_engine.interop.torch_policy), which calls any module through a callback"
     )
@@ -204,6 +199,12 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "add": lambda x, y: x + y,
     "mul": lambda x, y: x * y,
 }
+
+
+def _operation_names() -> list[str]:
+    """The tensor functions and methods a forward may use, by name, for messages."""
+    functions = {getattr(f, "__name__", str(f)) for f in _functions()}
+    return sorted(functions | set(_METHODS))
 
 
 def _flat(x: jax.Array, start_dim: int = 0, end_dim: int = -1) -> jax.Array:
@@ -250,36 +251,6 @@ def _functions() -> dict[Any, Callable[..., Any]]:
         F.softmax: softmax(jax.nn.softmax),
         F.log_softmax: softmax(jax.nn.log_softmax),
     }
-
-
-_FUNCTION_NAMES = [
-    "+",
-    "-",
-    "*",
-    "/",
-    "neg",
-    "[]",
-    "torch.add",
-    "mul",
-    "cat",
-    "concat",
-    "stack",
-    "flatten",
-    "relu",
-    "tanh",
-    "sigmoid",
-    "exp",
-    "clamp",
-    "F.relu",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "elu",
-    "leaky_relu",
-    "softmax",
-    "log_softmax",
-]
 
 
 def _traced(module: torch.nn.Module, prefix: str) -> Layer:

@@ -251,7 +251,6 @@ class Driver:
             boundaries = [total, (start_epoch // interval + 1) * interval]
             boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
             n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
-            began = time.perf_counter()  # (the chunk's own start, after the boundaries)
             with _host_errors(engine):
                 if self.overlap:
                     state, rows = overlapped_epochs(engine, state, n, self.actor_device)

@@ -266,10 +266,9 @@ class OnEpoch(HostHook):
 
 class ProgressBar(HostHook):
     """Progress on stderr (stdout keeps the summary): on a terminal (or in a notebook) a rich
-    bar (epochs, env
-    steps/s, last evaluation return) whose description says what is compiling before it
-    moves; otherwise plain lines: one per compilation, then one per chunk at most every
-    `PLAIN_EVERY_S` seconds (and the last)."""
+    bar (epochs, env steps/s, last evaluation return) whose description says what is
+    compiling before it moves; otherwise plain lines: one per compilation, then one per chunk
+    at most every `PLAIN_EVERY_S` seconds (and the last)."""
 
     PLAIN_EVERY_S = 10.0
 
