@@ -29,8 +29,14 @@ from jaxrl_engine.algos.networks import (
     gaussian_log_prob,
 )
 from jaxrl_engine.algos.normalize import RunningMeanStd
-from jaxrl_engine.buffers.rollout import Transition
+from jaxrl_engine.buffers.rollout import Transition, permutation
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
+
+# Throughput choices of the compiled epoch (issue 16; same math, results equal in distribution;
+# `benchmarks/ppo_throughput.py` undoes each in its ablation rows):
+# the critic's values V(obs) are computed after the rollout, in one batched pass with V(next_obs),
+# not per step inside the rollout loop, where every op costs a dispatch per step on CPU.
+VALUES_AFTER_ROLLOUT = True
 
 
 class PPOState(struct.PyTreeNode):
@@ -140,7 +146,8 @@ def ppo(
         return {"net": net, "obs_norm": train_state.obs_norm}
 
     def act(params, obs, key, deterministic):
-        """obs: [num_envs, *obs_shape] -> action, extras {log_prob, value} ([num_envs])."""
+        """obs: [num_envs, *obs_shape] -> action, extras {log_prob} ([num_envs]); also
+        {value} unless `VALUES_AFTER_ROLLOUT` (then unused here, XLA drops the critic)."""
         head, log_std, value = dist(
             params["net"], normalize(params["obs_norm"], obs, normalize_obs)
         )
@@ -154,6 +161,8 @@ def ppo(
             action = head if deterministic else head + jnp.exp(log_std) * noise
             log_prob = gaussian_log_prob(head, log_std, action)
             action = action.reshape((obs.shape[0], *spec.action.shape))
+        if VALUES_AFTER_ROLLOUT:
+            return action, {"log_prob": log_prob}
         return action, {"log_prob": log_prob, "value": value}
 
     def init_buffer(trajectory: Transition) -> Transition:
@@ -163,12 +172,17 @@ def ppo(
         return trajectory
 
     def complete_trajectory(params, trajectory: Transition) -> Transition:
-        """Adds V(next_obs) (the bootstrap values), computed with the acting params."""
+        """Adds V(next_obs) (the bootstrap values) and, with `VALUES_AFTER_ROLLOUT`, V(obs),
+        computed with the acting params in one batched pass."""
         T, N = trajectory.reward.shape
-        flat_next = trajectory.next_obs.reshape((T * N, *spec.obs_shape))
-        obs = normalize(params["obs_norm"], flat_next, normalize_obs)
-        _, _, next_value = dist(params["net"], obs)
-        extras = {**trajectory.extras, "next_value": next_value.reshape((T, N))}
+        extras = dict(trajectory.extras)
+        seen = [trajectory.next_obs] if "value" in extras else [trajectory.obs, trajectory.next_obs]
+        flat = jnp.concatenate(seen).reshape((len(seen) * T * N, *spec.obs_shape))
+        _, _, values = dist(params["net"], normalize(params["obs_norm"], flat, normalize_obs))
+        values = values.reshape((len(seen), T, N))
+        if len(seen) == 2:
+            extras["value"] = values[0]
+        extras["next_value"] = values[-1]
         return trajectory._replace(extras=extras)
 
     def update_dataset(train_state: PPOState, buffer: Transition, key, hp: PPOHParams):
@@ -266,17 +280,17 @@ def ppo(
             # loop body is an update per step.
             return (params, opt_state), jnp.stack([metrics[k] for k in names])
 
-        def update_epoch(carry, epoch_key):
-            perm = jax.random.permutation(epoch_key, T * N)
+        # Every pass's shuffle at once, before the loop (see `permutation`).
+        perms = jax.vmap(permutation, (0, None))(jax.random.split(key, update_epochs), T * N)
+
+        def update_epoch(carry, perm):
             minibatches = jax.tree.map(
                 lambda x: x[perm].reshape((num_minibatches, mb_size, *x.shape[1:])), flat
             )
             return jax.lax.scan(minibatch_step, carry, minibatches)
 
         (params, opt_state), metrics = jax.lax.scan(
-            update_epoch,
-            (train_state.params, train_state.opt_state),
-            jax.random.split(key, update_epochs),
+            update_epoch, (train_state.params, train_state.opt_state), perms
         )
         means = metrics.reshape((-1, len(names))).mean(axis=0)
         metrics = {name: means[i] for i, name in enumerate(names)}
