@@ -3,8 +3,10 @@ Slow: CI runs them (issues 2 and 4)."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,7 +49,6 @@ def test_ppo_cartpole_reaches_475_within_60s(seed, tmp_path):
     ("config", "target", "limit_s"),
     [
         ("configs/ppo_pendulum.yaml", -250, 120),
-        ("configs/dqn_cartpole.yaml", 475, 180),
         ("configs/sac_pendulum.yaml", -200, 180),
         ("configs/td3_pendulum.yaml", -250, 180),
         ("configs/ppo_gym_cartpole.yaml", 475, 120),  # gymnasium envs stepped on the host
@@ -66,7 +67,6 @@ def test_ppo_cartpole_reaches_475_within_60s(seed, tmp_path):
     ],
     ids=[
         "ppo_pendulum",
-        "dqn_cartpole",
         "sac_pendulum",
         "td3_pendulum",
         "ppo_gym_cartpole",
@@ -77,3 +77,32 @@ def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_p
     summary, wall = train(config, "seed=0", tmp_path=tmp_path)
     assert summary["final_eval_return"] >= target, summary
     assert wall < limit_s, f"{wall:.1f} s"
+
+
+@pytest.mark.slow
+def test_dqn_cartpole_reaches_475_on_at_least_3_of_seeds_0_to_3(tmp_path):
+    """DQN's greedy CartPole return at the end of the shipped budget, over seeds (issue 14:
+    seeds 0-7 reached 500 on 7 of 8 with the shipped config; a single seed passing said
+    little). One `jaxrl-engine sweep`: the four members in one compiled program, on two
+    forced CPU devices."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxrl_engine.cli",
+        "sweep",
+        str(ROOT / "configs/dqn_cartpole.yaml"),
+        "seeds=0..3",
+        f"run_dir={tmp_path}",
+        "progress=false",
+    ]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    with open(summary["csv"], newline="") as f:
+        returns = {int(row["seed"]): float(row["final_eval_return"]) for row in csv.DictReader(f)}
+    assert sorted(returns) == [0, 1, 2, 3], returns
+    assert sum(r >= 475 for r in returns.values()) >= 3, returns
+    assert wall < 300, f"{wall:.1f} s"
