@@ -81,7 +81,9 @@ def test_ppo_on_minatar_builds_the_cnn_actor_critic():
     assert set(state.train.params["params"]) == {"CNN_0", "CNN_1"}
     obs = jnp.zeros((4, 10, 10, 4))
     action, extras = engine.algo.act(state.eval_params, obs, jax.random.key(1), False)
-    assert action.shape == (4,) and extras["value"].shape == (4,)
+    assert action.shape == (4,) and extras["log_prob"].shape == (4,)
+    head, _, value = network.apply(state.train.params, obs)
+    assert head.shape == (4, engine.spec.action.num_actions) and value.shape == (4,)
 
 
 def test_torso_mlp_flattens_images():
