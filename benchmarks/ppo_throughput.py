@@ -17,13 +17,12 @@ Three ways to train the same PPO (configs/ppo_cartpole.yaml: CartPole-v1, 16 env
 Extra rows, informational and not gated: "engine, 1 epoch per call" (`engine.epoch` from a
 Python loop: what dispatching every epoch costs), "engine-a, nan_guard=false" (the driver's
 loop without the NaN/Inf guard hook; `--no-guard-row` skips it) and, per throughput lever of
-issue 16, engine-a with that one lever undone (`LEVERS`; `--no-lever-rows` skips them): the
+the engine's epoch, engine-a with that one lever undone (`LEVERS`; `--no-lever-rows` skips them): the
 ablation. Levers tried and rejected (slower or no faster here) are listed in RESULTS.md.
 
 Compilation happens first and is reported separately; then the three run alternately
 (a, [a without guard,] b, fused, a, ...) `--repeats` times in this one process, and the median env
-steps/s of each is compared. Exits 1 when engine-a is slower than 1.25x the fused loop (issue
-16's target).
+steps/s of each is compared. Exits 1 when engine-a is slower than 1.25x the fused loop.
 
     .venv/bin/python benchmarks/ppo_throughput.py [--epochs 100] [--repeats 7]
 """

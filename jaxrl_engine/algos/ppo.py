@@ -32,10 +32,9 @@ from jaxrl_engine.algos.normalize import RunningMeanStd
 from jaxrl_engine.buffers.rollout import Transition, permutation
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 
-# Throughput choices of the compiled epoch (issue 16; same math, results equal in distribution;
-# `benchmarks/ppo_throughput.py` undoes each in its ablation rows):
-# the critic's values V(obs) are computed after the rollout, in one batched pass with V(next_obs),
-# not per step inside the rollout loop, where every op costs a dispatch per step on CPU.
+# The critic's values V(obs) are computed after the rollout, in one batched pass with
+# V(next_obs), not per step inside the rollout loop, where every op costs a dispatch per step
+# on CPU (same values; `benchmarks/ppo_throughput.py` switches it off in an ablation row).
 VALUES_AFTER_ROLLOUT = True
 
 
@@ -175,14 +174,14 @@ def ppo(
         """Adds V(next_obs) (the bootstrap values) and, with `VALUES_AFTER_ROLLOUT`, V(obs),
         computed with the acting params in one batched pass."""
         T, N = trajectory.reward.shape
-        extras = dict(trajectory.extras)
-        seen = [trajectory.next_obs] if "value" in extras else [trajectory.obs, trajectory.next_obs]
+        with_obs = "value" not in trajectory.extras  # act left V(obs) to here
+        seen = (trajectory.obs, trajectory.next_obs) if with_obs else (trajectory.next_obs,)
         flat = jnp.concatenate(seen).reshape((len(seen) * T * N, *spec.obs_shape))
         _, _, values = dist(params["net"], normalize(params["obs_norm"], flat, normalize_obs))
         values = values.reshape((len(seen), T, N))
-        if len(seen) == 2:
+        extras = {**trajectory.extras, "next_value": values[-1]}
+        if with_obs:
             extras["value"] = values[0]
-        extras["next_value"] = values[-1]
         return trajectory._replace(extras=extras)
 
     def update_dataset(train_state: PPOState, buffer: Transition, key, hp: PPOHParams):

@@ -30,7 +30,7 @@ PERMUTATION_BITS = 64  # random key bits per element over all rounds (as jax.ran
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
     """A uniformly random permutation of `range(n)` (int32), as `jax.random.permutation`,
-    several times cheaper to run on CPU (2.7x for n = 2048, benchmarks/RESULTS.md, issue 16).
+    several times cheaper to run on CPU (2.7x for n = 2048, see benchmarks/RESULTS.md).
 
     `jax.random.permutation` sorts (random key, value) pairs, two rounds of 32-bit keys; XLA's
     CPU sort of two operands calls a compiled comparator per comparison. Here each round
