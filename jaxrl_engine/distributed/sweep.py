@@ -311,8 +311,3 @@ class SweepPrograms:
     def evaluate(self, state: EngineState) -> tuple[EngineState, Any]:
         fn = self._compiled.get("evaluate") or self._jitted["evaluate"]
         return fn(state)  # type: ignore[no-any-return]
-
-
-def member_state(state: EngineState, index: int) -> EngineState:
-    """Member `index` of a batched state (its own `EngineState`, as a train would have it)."""
-    return jax.tree.map(lambda x: x[index], state)

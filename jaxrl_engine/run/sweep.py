@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState
-from jaxrl_engine.distributed.sweep import Member, SweepPrograms, member_state
+from jaxrl_engine.distributed.sweep import Member, SweepPrograms
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
@@ -413,6 +413,7 @@ class SweepDriver:
     ) -> None:
         """Each member's summary.json; the policy of each completed member."""
         engine = group.programs.engine
+        completed: list[tuple[MemberRun, Any]] = []
         for i, run in enumerate(runs):
             member = run.member
             summary = {
@@ -431,15 +432,23 @@ class SweepDriver:
                 **({"error": run.error} if run.error else {}),
             }
             run.out.write_summary(summary)
-            if summary["status"] != "completed":
-                continue
-            params = to_host(member_state(state, i).eval_params)  # (collective)
-            if not self.primary:
-                continue
+            if summary["status"] == "completed":
+                completed.append((i, run))
+        if not completed:
+            return
+        # Every member's acting params in one gather (a collective each process joins), a leaf
+        # at a time; indexing the sharded state per member instead would put many collective
+        # programs in flight at once, which gloo may run in a different order in each process.
+        params = to_host(state.eval_params)
+        if not self.primary:
+            return
+        for i, run in completed:
             try:
-                export_policy(engine, params, run.out.path / POLICY_DIR)
+                export_policy(
+                    engine, jax.tree.map(lambda x: x[i], params), run.out.path / POLICY_DIR
+                )
             except ExportError as e:
-                warnings.warn(f"{member.name}: policy not exported: {e}", stacklevel=2)
+                warnings.warn(f"{run.member.name}: policy not exported: {e}", stacklevel=2)
 
     # ----------------------------------------------------------------- results
     def _finish(self, status: str) -> dict[str, Any]:
