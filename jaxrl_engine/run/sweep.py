@@ -413,7 +413,7 @@ class SweepDriver:
     ) -> None:
         """Each member's summary.json; the policy of each completed member."""
         engine = group.programs.engine
-        completed: list[tuple[MemberRun, Any]] = []
+        completed: list[tuple[int, MemberRun]] = []
         for i, run in enumerate(runs):
             member = run.member
             summary = {
