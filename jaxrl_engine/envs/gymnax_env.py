@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import gymnax
 import jax
 import numpy as np
-from gymnax.environments import spaces
 
 from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
+from jaxrl_engine.envs.deferred import deferred_imports
+
+with deferred_imports("matplotlib.pyplot", "seaborn"):  # gymnax's renderers' imports
+    import gymnax
+    from gymnax.environments import spaces
 
 # Envs that fetch data at run time (the engine never downloads at run time).
 _EXCLUDED = {"MNISTBandit-bsuite": "it downloads MNIST when created"}
