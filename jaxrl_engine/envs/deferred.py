@@ -51,7 +51,7 @@ def deferred_imports(*names: str) -> Iterator[None]:
     `DeferredModule`; after it, sys.modules holds the real modules only."""
     placed: list[str] = []
     for name in names:
-        if name in sys.modules or importlib.util.find_spec(name) is None:
+        if name in sys.modules or not _installed(name):
             continue  # already real, or not installed: the import fails as it would have
         sys.modules[name] = DeferredModule(name)
         placed.append(name)
@@ -61,3 +61,10 @@ def deferred_imports(*names: str) -> Iterator[None]:
         for name in placed:
             if isinstance(sys.modules.get(name), DeferredModule):
                 del sys.modules[name]
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None  # imports a dotted name's parents
+    except ModuleNotFoundError:  # a parent package is missing
+        return False

@@ -46,6 +46,9 @@ def test_an_import_in_the_block_runs_the_module_only_when_an_attribute_is_used(c
 def test_a_missing_or_already_imported_module_is_left_as_it_is(counting_module):
     with deferred_imports("no_such_module_anywhere"), pytest.raises(ModuleNotFoundError):
         import no_such_module_anywhere  # noqa: F401
+    with deferred_imports("no_such_package.sub"), pytest.raises(ModuleNotFoundError):
+        import no_such_package.sub  # noqa: F401
+    assert "no_such_package.sub" not in sys.modules
     import deferme_probe as real
 
     with deferred_imports("deferme_probe"):
