@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(f"{cpu_name()}, {len(__import__('os').sched_getaffinity(0))} CPUs", file=sys.stderr)
+    print(f"{cpu_name()}, {len(os.sched_getaffinity(0))} CPUs", file=sys.stderr)
     print("| config | target | runs: wall s (return) | median wall s | wall target |")
     print("|---|---:|---|---:|---|")
     for config in args.configs:

@@ -3,8 +3,8 @@ Slow: CI runs them (issues 2 and 4).
 
 The issues' wall-time targets (PPO CartPole within 60 s, ...) are measured by
 `benchmarks/targets.py` (fresh processes, several runs, median; benchmarks/RESULTS.md): a test
-sharing 2 cores with another worker on whatever CPU CI draws is no timer (the same commit took
-43 s on an Intel Xeon VM and 66 s on an AMD EPYC one). Here a run must finish within
+sharing 2 cores with another worker on whatever CPU CI draws is no timer (the PPO CartPole test
+took 36-44 s in CI's suite on an Intel Xeon VM, 63-66 s in the suite on an AMD EPYC one). Here a run must finish within
 `HANG_FACTOR` times its target: a guard against a run that stalls, not the target itself.
 """
 

@@ -2,8 +2,8 @@
 
 `import gymnax` imports every gymnax environment, and five of them (Pong, Catch, Rooms,
 PointRobot, MetaMaze) import `matplotlib.pyplot` and `seaborn` at module level for their
-`render` methods alone: more than a third of the engine's start-up on a 2-core machine
-(benchmarks/RESULTS.md, issue 15). While gymnax is imported, `deferred_imports` puts a stand-in
+`render` methods alone: 2.1 s of a fresh process's start-up on a quiet 2-core VM
+(benchmarks/RESULTS.md). While gymnax is imported, `deferred_imports` puts a stand-in
 for each such module in `sys.modules`; the stand-in imports the real module the first time an
 attribute of it is used (a `render` call), and is gone from `sys.modules` once gymnax is in, so
 every other `import matplotlib.pyplot` gets the real module.
