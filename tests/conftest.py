@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-import jaxrl_engine as jre
+# One persistent XLA compilation cache for the whole test session: the pytest process, its xdist
+# workers and every subprocess a test starts inherit it through the environment (set before JAX
+# is imported). Most of the suite's time is compiling small programs that other tests compile
+# again (the same config under another seed, run directory or test); a hit loads the executable
+# the miss compiled, so results are unchanged. tests/core + tests/algos took 12.5 min with it,
+# 18.1 min without, on a 2-core AMD EPYC VM. The session's cache starts empty and is removed at
+# the end; a JAX_COMPILATION_CACHE_DIR set by the caller is used (and kept) instead.
+_SESSION_CACHE: str | None = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="jaxrl-engine-tests-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import jaxrl_engine as jre  # noqa: E402  (after the cache's environment)
+from jaxrl_engine.io.compile_cache import enable_compile_cache  # noqa: E402
+
+if _SESSION_CACHE is not None:  # in case a plugin imported JAX before this module
+    enable_compile_cache(_SESSION_CACHE)
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
 
 SMALL = [
     "env.num_envs=4",
