@@ -6,8 +6,11 @@ compiled anything before this test would keep its earlier cache setting.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 SCRIPT = """
 import sys, jax
@@ -20,10 +23,20 @@ engine.warm_up(engine.init(jax.random.key(0)), phases=["epoch"])
 """
 
 
-def test_compile_cache_dir_receives_the_compiled_phases(tmp_path):
-    cache = tmp_path / "xla-cache"
+@pytest.mark.parametrize("jax_env_cache", [False, True], ids=["alone", "over_JAX_env_var"])
+def test_compile_cache_dir_receives_the_compiled_phases(tmp_path, jax_env_cache):
+    """Also when JAX_COMPILATION_CACHE_DIR names another directory (the test session sets one):
+    the config's directory is the one that receives the executables."""
+    cache, other = tmp_path / "xla-cache", tmp_path / "from-env"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    if jax_env_cache:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(other)
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(cache)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert cache.is_dir() and any(cache.iterdir())
+    assert cache.is_dir() and any(cache.iterdir())  # (what compiled before `build` may be in other)
