@@ -18,7 +18,7 @@ def enable_compile_cache(directory: str | Path) -> None:
     reset so the next compile opens `directory`.
     """
     Path(directory).mkdir(parents=True, exist_ok=True)
-    if jax.config.jax_compilation_cache_dir not in (None, str(directory)):
+    if jax.config.jax_compilation_cache_dir not in (None, str(directory)):  # type: ignore[attr-defined]
         compilation_cache.reset_cache()
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
