@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from jaxrl_engine.core.protocols import EnvSpec
 
 Torso = Literal["auto", "mlp", "cnn"]
+ConvImpl = Literal["auto", "matmul", "xla"]
 TORSO_DESCRIPTION = (
     "network before the MLP: auto (a CNN for image (rank-3) observations, else none), "
     "mlp (flattened observations), cnn (algo.cnn.*; image observations only)"
@@ -31,12 +32,13 @@ TORSO_DESCRIPTION = (
 class ConvSpec:
     """The conv layers of a CNN torso: layer i has `channels[i]` filters of
     `kernels[i] x kernels[i]` at stride `strides[i]`, VALID padding; `layout` is the axis order
-    of the observations ("hwc" or "chw")."""
+    of the observations ("hwc" or "chw"); `impl` how a layer is computed (`CNNConfig.impl`)."""
 
     channels: tuple[int, ...] = (16,)
     kernels: tuple[int, ...] = (3,)
     strides: tuple[int, ...] = (1,)
     layout: str = "hwc"
+    impl: ConvImpl = "auto"
 
 
 class CNNConfig(Strict):
@@ -50,6 +52,16 @@ class CNNConfig(Strict):
     )
     strides: list[Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: [1], description="stride of each conv layer"
+    )
+    impl: ConvImpl = Field(
+        "auto",
+        description=(
+            "how a conv layer is computed: matmul (the k*k shifted slices of the input, "
+            "concatenated, times the kernel: one dot), xla (lax.conv_general_dilated), auto "
+            "(matmul on CPU, xla on GPU/TPU); same parameters and math, equal to float rounding; "
+            "XLA:CPU runs convolutions inside loops (the update's minibatch scan) about 10x "
+            "slower than the equivalent dot"
+        ),
     )
 
     @model_validator(mode="after")
@@ -89,4 +101,4 @@ def conv_spec(torso: Torso, cnn: CNNConfig, spec: EnvSpec) -> ConvSpec | None:
                 "smaller kernels or strides"
             )
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    return ConvSpec(tuple(cnn.channels), tuple(cnn.kernels), tuple(cnn.strides), layout)
+    return ConvSpec(tuple(cnn.channels), tuple(cnn.kernels), tuple(cnn.strides), layout, cnn.impl)

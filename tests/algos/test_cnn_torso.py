@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from jaxrl_engine.algos.networks import CNN, MLP, ActorCritic, ConvSpec
+from jaxrl_engine.algos.networks import CNN, MLP, ActorCritic, ConvSpec, conv_impl
 from jaxrl_engine.algos.torso import CNNConfig, conv_spec
 from jaxrl_engine.envs.gymnax_env import make_env
 
@@ -71,6 +71,45 @@ def test_a_chw_layout_reads_the_same_images_transposed():
     want = hwc.apply(params, x)
     got = chw.apply(params, x.transpose((0, 3, 1, 2)))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("channels", "kernels", "strides", "layout", "shape"),
+    [
+        ((16,), (3,), (1,), "hwc", (6, 10, 10, 4)),  # MinAtar's torso
+        ((8, 16), (4, 3), (2, 1), "hwc", (3, 11, 9, 2)),  # strided, uneven, two layers
+        ((5,), (2,), (3,), "chw", (2, 3, 8, 7)),  # stride > kernel, channels first
+    ],
+)
+def test_matmul_and_xla_convolutions_agree(channels, kernels, strides, layout, shape):
+    """algo.cnn.impl: the same parameters (names, shapes, init), outputs and gradients equal to
+    float rounding, so the choice changes speed only."""
+    nets = {
+        impl: CNN(ConvSpec(channels, kernels, strides, layout, impl), (32,), 3)
+        for impl in ("matmul", "xla")
+    }
+    x = jax.random.bernoulli(jax.random.key(2), 0.3, shape)  # MinAtar-like boolean images
+    params = {impl: net.init(jax.random.key(0), x) for impl, net in nets.items()}
+    assert jax.tree.structure(params["matmul"]) == jax.tree.structure(params["xla"])
+    for a, b in zip(jax.tree.leaves(params["matmul"]), jax.tree.leaves(params["xla"]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    p = params["xla"]
+    out = {impl: net.apply(p, x) for impl, net in nets.items()}
+    np.testing.assert_allclose(out["matmul"], out["xla"], rtol=1e-5, atol=1e-5)
+    grads = {
+        impl: jax.grad(lambda q, net=net: (net.apply(q, x) ** 2).sum())(p)
+        for impl, net in nets.items()
+    }
+    for a, b in zip(jax.tree.leaves(grads["matmul"]), jax.tree.leaves(grads["xla"]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_impl_key_reaches_the_network_and_auto_is_matmul_on_cpu():
+    engine = jre.build(jre.load_config(None, [*TINY_PPO, "algo.cnn.impl=xla"]))
+    assert engine.algo.static["network"].conv.impl == "xla"
+    assert jre.load_config(None, TINY_PPO).algo.cnn.impl == "auto"
+    assert conv_impl("auto") == ("matmul" if jax.default_backend() == "cpu" else "xla")
+    assert conv_impl("xla") == "xla" and conv_impl("matmul") == "matmul"
 
 
 def test_ppo_on_minatar_builds_the_cnn_actor_critic():
