@@ -71,11 +71,15 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
 
 
 def make_configured_env(cfg: Config) -> Env:
-    """The env of `cfg.env`: a gymnax env, or gymnasium's or EnvPool's as a batched host env
+    """The env of `cfg.env`: a gymnax or Brax env, or gymnasium's or EnvPool's as a batched host env
     (its training and evaluation env sets, `eval.env_id` and `offload` included; see
     `envs/gymnasium_env.py`, `envs/envpool_env.py`)."""
-    if cfg.env.suite != "gymnax":
+    if cfg.env.host:
         return host_env(cfg, cfg.env.num_envs, cfg.eval.num_envs)
+    if cfg.env.suite == "brax":
+        from jaxrl_engine.envs.brax_env import BraxEnv
+
+        return BraxEnv(cfg.env.id, cfg.env.params)
     return make_env(cfg.env.id, cfg.env.params)
 
 

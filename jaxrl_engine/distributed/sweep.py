@@ -132,7 +132,7 @@ def traced_keys(cfg: Config) -> list[str]:
 
 def check_sweepable(cfg: Config) -> None:
     """ConfigError naming the key when `cfg`'s runs cannot be vmapped into one program."""
-    if cfg.env.suite != "gymnax":
+    if cfg.env.host:
         raise ConfigError(
             f"config key 'env.suite': {cfg.env.suite} steps its envs on the host (outside XLA), "
             "so its runs cannot be vmapped into one program; sweep a gymnax env, or train each "

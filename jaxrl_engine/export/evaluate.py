@@ -36,9 +36,14 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     # `loggers` may name wandb, which evaluating does not need installed.
     cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
     env: Any
-    if cfg.env.suite != "gymnax":  # a host env: one evaluation env per episode
+    if cfg.env.host:  # a host env: one evaluation env per episode
         env = host_env(cfg, 1, episodes)
         env_params = env.eval_set(cfg.eval.env_params)
+    elif cfg.env.suite == "brax":
+        from jaxrl_engine.envs.brax_env import BraxEnv
+
+        env = BraxEnv(cfg.env.id, cfg.env.params)
+        env_params = BraxEnv.with_params(env.params, cfg.eval.env_params)
     else:
         env = GymnaxEnv(cfg.env.id, cfg.env.params)
         env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)
@@ -55,7 +60,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     returns, lengths = (np.asarray(x) for x in run(params, jax.random.key(seed)))
     return {
         "run_dir": str(run_dir),
-        "env_id": env.id_of(env_params) if cfg.env.suite != "gymnax" else cfg.env.id,
+        "env_id": env.id_of(env_params) if cfg.env.host else cfg.env.id,
         "episodes": episodes,
         "seed": seed,
         "return_mean": float(returns.mean()),

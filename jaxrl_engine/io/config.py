@@ -111,17 +111,21 @@ def field_error(field: str, message: str) -> ValueError:
 
 
 class EnvConfig(Strict):
-    suite: Literal["gymnax", "gymnasium", "envpool"] = Field(
+    suite: Literal["gymnax", "brax", "gymnasium", "envpool"] = Field(
         "gymnax",
-        description="gymnax: JAX envs, stepped inside the compiled rollout; gymnasium: any "
-        "registered gymnasium id (MuJoCo with the `mujoco` extra), stepped on the host; "
-        "envpool: an EnvPool id (C++ vectorised envs, the `envpool` extra), stepped on the host",
+        description="gymnax: JAX envs, stepped inside the compiled rollout; brax: Brax's JAX "
+        "physics envs (the `brax` extra; env.params.backend, default spring), also inside the "
+        "rollout; gymnasium: any registered gymnasium id (MuJoCo with the `mujoco` extra), "
+        "stepped on the host; envpool: an EnvPool id (C++ vectorised envs, the `envpool` "
+        "extra), stepped on the host",
     )
     id: str = Field("CartPole-v1", description="environment id of the suite")
     num_envs: int = Field(16, gt=0, description="parallel envs in rollout (sharded over `data`)")
     params: dict[str, float | int | bool | str] = Field(
         default_factory=dict,
-        description="gymnax: overrides of the env params; gymnasium: `gymnasium.make` kwargs",
+        description="gymnax: overrides of the env params; brax: backend, "
+        "max_steps_in_episode (default 1000) and the env's constructor kwargs; gymnasium: "
+        "`gymnasium.make` kwargs",
     )
     vectorization: Literal["sync", "async"] = Field(
         "sync", description="gymnasium: one process (sync) or a subprocess per env (async)"
@@ -139,6 +143,11 @@ class EnvConfig(Strict):
         "and the learner's data mesh takes the others; null: both on the learner's devices",
     )
 
+    @property
+    def host(self) -> bool:
+        """Whether the suite steps its envs on the host (gymnasium, EnvPool), not in XLA."""
+        return self.suite in ("gymnasium", "envpool")
+
     @model_validator(mode="after")
     def _known_id(self, info: ValidationInfo) -> EnvConfig:
         """A known id of the suite; the EnvPool and unlisted gymnax ids need their suite
@@ -148,6 +157,20 @@ class EnvConfig(Strict):
                 "actor_device",
                 f"{self.actor_device} places the actor of env.overlap, which is false",
             )
+        if self.suite == "brax":
+            if _structure_only(info):
+                return self
+            from jaxrl_engine.envs.brax_env import brax_env_ids
+
+            try:
+                ids = brax_env_ids()
+            except ImportError as e:  # not installed: the message names the extra
+                raise ValueError(str(e)) from None
+            if self.id not in ids:
+                raise field_error(
+                    "id", f"{self.id!r} is not a Brax env; valid choices: {', '.join(ids)}"
+                )
+            return self
         if self.suite == "envpool":
             if _structure_only(info):
                 return self
@@ -421,18 +444,27 @@ class Config(Strict):
                 f"{epochs * per_epoch}: more than the engine's int32 counters hold ({INT32_MAX})"
             )
         self.algo.check(self.env.num_envs, self.total_env_steps)
-        if self.env.suite == "gymnax" and self.eval.env_id not in (None, self.env.id):
+        if not self.env.host and self.eval.env_id not in (None, self.env.id):
             raise field_error(
                 "eval.env_id",
-                f"{self.eval.env_id!r}: a gymnax run evaluates in its own env (env.id="
+                f"{self.eval.env_id!r}: a {self.env.suite} run evaluates in its own env (env.id="
                 f"{self.env.id}); eval.env_params changes its params for evaluation",
             )
         if _structure_only(info):
             return self
-        if self.env.suite != "gymnax":
+        if self.env.host:
             from jaxrl_engine.envs.host import host_env
 
             spec = host_env(self, 1, 1, offload=False).spec(None)
+        elif self.env.suite == "brax":
+            from jaxrl_engine.envs.brax_env import BraxEnv
+
+            try:
+                brax_env = BraxEnv(self.env.id, self.env.params)
+                BraxEnv.with_params(brax_env.params, self.eval.env_params, key="eval.env_params")
+            except ValueError as e:  # the message names env.params or eval.env_params
+                raise ValueError(str(e)) from None
+            spec = brax_env.spec(brax_env.params)
         else:
             from jaxrl_engine.envs.gymnax_env import GymnaxEnv, make_env
 
