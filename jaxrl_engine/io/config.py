@@ -157,30 +157,22 @@ class EnvConfig(Strict):
                 "actor_device",
                 f"{self.actor_device} places the actor of env.overlap, which is false",
             )
-        if self.suite == "brax":
+        if self.suite in ("brax", "envpool"):  # ids known once the suite (JAX too) imports
             if _structure_only(info):
                 return self
-            from jaxrl_engine.envs.brax_env import brax_env_ids
-
+            if self.suite == "brax":
+                from jaxrl_engine.envs.brax_env import brax_env_ids as suite_ids
+            else:
+                from jaxrl_engine.envs.envpool_env import envpool_ids as suite_ids
             try:
-                ids = brax_env_ids()
+                ids = suite_ids()
             except ImportError as e:  # not installed: the message names the extra
                 raise ValueError(str(e)) from None
             if self.id not in ids:
-                raise field_error(
-                    "id", f"{self.id!r} is not a Brax env; valid choices: {', '.join(ids)}"
-                )
-            return self
-        if self.suite == "envpool":
-            if _structure_only(info):
-                return self
-            from jaxrl_engine.envs.envpool_env import envpool_ids
-
-            try:
-                ids = envpool_ids()
-            except ImportError as e:  # not installed: the message names the extra
-                raise ValueError(str(e)) from None
-            if self.id not in ids:
+                if self.suite == "brax":
+                    raise field_error(
+                        "id", f"{self.id!r} is not a Brax env; valid choices: {', '.join(ids)}"
+                    )
                 close = [e for e in ids if self.id.split("-")[0] in e][:8]
                 raise field_error(
                     "id",
