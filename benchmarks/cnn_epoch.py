@@ -1,8 +1,9 @@
 """The CNN torso's conv layers on CPU: `algo.cnn.impl=matmul` against `xla` (issues 14 and 16).
 
 One PPO epoch of configs/ppo_minatar_breakout.yaml (Breakout-MinAtar, 64 envs x 128 steps,
-4 update epochs x 8 minibatches of 1024, a 16-filter 3x3 conv then 128 units, actor and critic)
-with the conv computed both ways: `matmul` (the 9 shifted slices concatenated, times the kernel:
+4 update epochs x 8 minibatches of 1024) with its MLP replaced by the MinAtar paper's CNN torso
+(`algo.torso=cnn`: a 16-filter 3x3 conv then 128 units, actor and critic), the conv computed
+both ways: `matmul` (the 9 shifted slices concatenated, times the kernel:
 one dot) and `xla` (`lax.conv_general_dilated`). The two have the same parameters and math
 (equal to float rounding; `tests/algos/test_cnn_torso.py`). Both engines are compiled first
 (compile seconds reported), then their epochs alternate `--repeats` times in this process and
@@ -37,7 +38,13 @@ def main() -> int:
     for impl in IMPLS:
         cfg = jre.load_config(
             args.config,
-            overrides=[f"algo.cnn.impl={impl}", "total_env_steps=1000000", "progress=false"],
+            overrides=[
+                "algo.torso=cnn",
+                "algo.hidden_sizes=[128]",
+                f"algo.cnn.impl={impl}",
+                "total_env_steps=1000000",
+                "progress=false",
+            ],
         )
         engine = jre.build(cfg)
         state = engine.init(jax.random.key(0))

@@ -198,10 +198,16 @@ def _finite_epochs(engine, epochs):
     return state
 
 
-def test_the_shipped_minatar_config_trains_a_few_epochs_with_finite_losses():
+def test_the_shipped_minatar_config_with_the_cnn_trains_a_few_epochs_with_finite_losses():
     cfg = jre.load_config(
         ROOT / "configs" / "ppo_minatar_breakout.yaml",
-        ["env.num_envs=8", "algo.num_steps=16", "total_env_steps=384", "eval.num_envs=2"],
+        [
+            "env.num_envs=8",
+            "algo.num_steps=16",
+            "total_env_steps=384",
+            "eval.num_envs=2",
+            "algo.torso=cnn",  # the shipped config uses gymnax-blines' MLP; the CNN in its place
+        ],
     )
     assert cfg.algo.torso == "cnn" and cfg.env.id == "Breakout-MinAtar"
     engine = jre.build(cfg)
