@@ -1,0 +1,165 @@
+"""Every shipped config over several seeds: the results table of benchmarks/RESULTS.md (issue 14).
+
+For each `configs/*.yaml` (or those named with `--configs`), the final greedy evaluation return
+of seeds `--seeds` (default 0..4) through the CLI as a user runs it: configs whose runs can be
+vmapped (gymnax envs, flax networks) as one `jaxrl-engine sweep` (all seeds in one compiled
+program), the others as one `jaxrl-engine train` per seed. Prints a markdown table:
+
+    env | algorithm | config | env steps | return mean / min (seeds) | anchor | wall
+
+`wall` is the process wall of one run (median over seeds), or of the whole sweep. The anchors
+are published figures for the same env (source named); "-" where none is known. Configs whose
+extra is not installed are listed as skipped.
+
+    .venv/bin/python benchmarks/results_table.py [--seeds 0..4] [--configs ppo_cartpole ...]
+        [--override total_env_steps=4096 ...] [--out table.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# config stem -> (published figure, source); from the gymnax README (gymnax-blines checkpoints)
+# unless said otherwise.
+ANCHORS = {
+    "ppo_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "dqn_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "ppo_gym_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "ppo_envpool_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "ppo_torch_policy": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "ppo_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
+    "sac_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
+    "td3_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
+    "ppo_minatar_breakout": ("28", "gymnax README (gymnax-blines PPO, Breakout-MinAtar)"),
+    "ppo_mujoco_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),
+    "ppo_brax_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),
+}
+
+
+def seeds_arg(text: str) -> list[int]:
+    if ".." in text:
+        lo, hi = text.split("..")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def needs(cfg: dict) -> str | None:
+    """The module a config needs that may not be installed (its extra), or None."""
+    env = cfg.get("env", {})
+    suite = env.get("suite", "gymnax")
+    if suite == "envpool":
+        return "envpool"
+    if suite == "brax":
+        return "brax"
+    if suite == "gymnasium" and "v5" in str(env.get("id", "")):
+        return "mujoco"
+    if cfg.get("algo", {}).get("torch_policy") is not None:
+        return "torch"
+    return None
+
+
+def sweepable(cfg: dict) -> bool:
+    return (
+        cfg.get("env", {}).get("suite", "gymnax") == "gymnax"
+        and cfg.get("algo", {}).get("torch_policy") is None
+    )
+
+
+def cli(args: list[str], cwd: Path) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "jaxrl_engine.cli", *args, "progress=false"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def run_config(path: Path, seeds: list[int], overrides: list[str], work: Path) -> dict:
+    cfg = yaml.safe_load(path.read_text())
+    out = work / path.stem
+    base = [str(path), f"run_dir={out}", *overrides]
+    if sweepable(cfg) and len(seeds) > 1:
+        summary, wall = cli(["sweep", *base, f"seeds={seeds[0]}..{seeds[-1]}"], work)
+        with open(summary["csv"], newline="") as f:
+            rows = list(csv.DictReader(f))
+        returns = [float(r["final_eval_return"]) for r in rows]
+        steps = int(rows[0]["env_steps"])
+        wall_text = f"{wall:.0f} s (sweep of {len(rows)})"
+    else:
+        returns, walls = [], []
+        for seed in seeds:
+            summary, wall = cli(["train", *base, f"seed={seed}"], work)
+            returns.append(float(summary["final_eval_return"]))
+            walls.append(wall)
+            steps = int(summary["env_steps"])
+        wall_text = f"{statistics.median(walls):.0f} s (median of {len(walls)})"
+    algo = cfg.get("algo", {}).get("name", "ppo")
+    env = cfg.get("env", {})
+    return {
+        "env": f"{env.get('id', 'CartPole-v1')} ({env.get('suite', 'gymnax')})",
+        "algo": algo.upper(),
+        "config": f"`configs/{path.name}`",
+        "steps": f"{steps:,}",
+        "returns": returns,
+        "wall": wall_text,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=seeds_arg, default=seeds_arg("0..4"))
+    parser.add_argument("--configs", nargs="*", help="config stems (default: all)")
+    parser.add_argument("--override", nargs="*", default=[], help="key=value for every run")
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    args = parser.parse_args()
+
+    paths = sorted((ROOT / "configs").glob("*.yaml"))
+    if args.configs:
+        unknown = set(args.configs) - {p.stem for p in paths}
+        if unknown:
+            parser.error(f"unknown configs {sorted(unknown)}")
+        paths = [p for p in paths if p.stem in args.configs]
+    lines = [
+        "| env | algorithm | config | env steps | return mean / min (seeds) | anchor | wall |",
+        "|---|---|---|---:|---|---|---|",
+    ]
+    skipped = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in paths:
+            module = needs(yaml.safe_load(path.read_text()))
+            if module is not None and importlib.util.find_spec(module) is None:
+                skipped.append(f"{path.name} ({module} not installed)")
+                continue
+            print(f"{path.name}: seeds {args.seeds} ...", file=sys.stderr, flush=True)
+            row = run_config(path, args.seeds, args.override, Path(tmp))
+            r = row["returns"]
+            figure, source = ANCHORS.get(path.stem, ("-", ""))
+            anchor = f"{figure}: {source}" if source else figure
+            seeds = f"{args.seeds[0]}-{args.seeds[-1]}" if len(r) > 1 else str(args.seeds[0])
+            lines.append(
+                f"| {row['env']} | {row['algo']} | {row['config']} | {row['steps']} | "
+                f"{statistics.mean(r):.1f} / {min(r):.1f} ({seeds}) | {anchor} | {row['wall']} |"
+            )
+            print(lines[-1], file=sys.stderr, flush=True)
+    text = "\n".join(lines) + "".join(f"\nskipped: {s}" for s in skipped)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
