@@ -37,9 +37,14 @@ DEFAULT_BACKEND = "spring"
 
 def _brax_envs() -> Any:
     try:
+        import contextlib
+        import io
         import warnings
 
-        with warnings.catch_warnings():  # brax warns on import that it is in maintenance mode
+        # brax warns on import that it is in maintenance mode, and mujoco.mjx prints "Failed to
+        # import warp" to stdout when its optional GPU backend is absent: the CLI's stdout is
+        # its JSON summary, so both are kept out.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             from brax import envs
     except ImportError as e:

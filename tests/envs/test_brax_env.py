@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -133,3 +135,12 @@ def test_the_config_runs_end_to_end_and_its_untrained_policy_is_far_below_the_ta
     assert cli.main(["eval", str(run), "--episodes", "2"]) == 0
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert stats["episodes"] == 2 and stats["return_min"] >= 1, stats
+
+
+def test_importing_brax_prints_nothing_on_stdout():
+    """The CLI's stdout is its JSON summary; mujoco.mjx prints "Failed to import warp" there on
+    import when its optional GPU backend is absent (a fresh process: the import is the point)."""
+    code = "from jaxrl_engine.envs.brax_env import brax_env_ids; assert brax_env_ids()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == ""
