@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def needs(cfg: dict) -> str | None:
         return "envpool"
     if suite == "brax":
         return "brax"
-    if suite == "gymnasium" and "v5" in str(env.get("id", "")):
+    if suite == "gymnasium" and "mujoco" in str(gymnasium.spec(env["id"]).entry_point):
         return "mujoco"
     if cfg.get("algo", {}).get("torch_policy") is not None:
         return "torch"

@@ -27,7 +27,7 @@ from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train as make_engine_train
 from jaxrl_engine.distributed.mesh import sweep_mesh, train_mesh
 from jaxrl_engine.distributed.sweep import SweepPrograms, plan_sweep
-from jaxrl_engine.envs.gymnax_env import make_env
+from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.compile_cache import enable_compile_cache
@@ -76,11 +76,7 @@ def make_configured_env(cfg: Config) -> Env:
     `envs/gymnasium_env.py`, `envs/envpool_env.py`)."""
     if cfg.env.host:
         return host_env(cfg, cfg.env.num_envs, cfg.eval.num_envs)
-    if cfg.env.suite == "brax":
-        from jaxrl_engine.envs.brax_env import BraxEnv
-
-        return BraxEnv(cfg.env.id, cfg.env.params)
-    return make_env(cfg.env.id, cfg.env.params)
+    return make_jax_env(cfg.env.suite, cfg.env.id, cfg.env.params)
 
 
 def hparams(cfg: Config) -> Any:

@@ -25,6 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 HANG_FACTOR = 2.5
 
 
+def _needs(module: str) -> pytest.MarkDecorator:
+    """Skip a row whose extra (`module`) is not installed."""
+    return pytest.mark.skipif(
+        importlib.util.find_spec(module) is None, reason=f"{module} is not installed"
+    )
+
+
 def train(
     config: str, *overrides: str, tmp_path: Path, verb: str = "train", env: dict | None = None
 ) -> tuple[dict, float]:
@@ -71,9 +78,7 @@ def test_ppo_cartpole_reaches_475_at_1m_steps(seed, tmp_path):
             "configs/ppo_mujoco_inverted_pendulum.yaml",
             900,
             120,
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("mujoco") is None, reason="mujoco is not installed"
-            ),
+            marks=_needs("mujoco"),
         ),
         # Brax physics inside the compiled rollout (the brax extra, in dev): seed 0 reached 1000
         # (the maximum) at 717k of the 1M env steps; the initial policy scores ~20
@@ -82,9 +87,7 @@ def test_ppo_cartpole_reaches_475_at_1m_steps(seed, tmp_path):
             "configs/ppo_brax_inverted_pendulum.yaml",
             900,
             240,
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("brax") is None, reason="brax is not installed"
-            ),
+            marks=_needs("brax"),
         ),
     ],
     ids=[

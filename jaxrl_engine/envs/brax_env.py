@@ -19,8 +19,10 @@ and any other keyword argument of the Brax env's constructor (e.g. `reset_noise_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from dataclasses import fields
+import io
+import warnings
 from typing import Any
 
 import jax
@@ -37,10 +39,6 @@ DEFAULT_BACKEND = "spring"
 
 def _brax_envs() -> Any:
     try:
-        import contextlib
-        import io
-        import warnings
-
         # brax warns on import that it is in maintenance mode, and mujoco.mjx prints "Failed to
         # import warp" to stdout when its optional GPU backend is absent: the CLI's stdout is
         # its JSON summary, so both are kept out.
@@ -85,11 +83,8 @@ class BraxEnv:
             raise ValueError(
                 f"env.params.backend={backend!r}: Brax backends are {', '.join(BACKENDS)}"
             )
-        self.params = BraxParams()
-        limit = {f.name for f in fields(BraxParams)} & set(kwargs)
-        self.params = self.with_params(self.params, {k: kwargs.pop(k) for k in limit})
-        import warnings
-
+        limit = {f.name for f in dataclasses.fields(BraxParams)} & set(kwargs)
+        self.params = self.with_params(BraxParams(), {k: kwargs.pop(k) for k in limit})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the maintenance-mode warning, again on make
             try:
@@ -105,7 +100,7 @@ class BraxEnv:
     @staticmethod
     def with_params(params: BraxParams, overrides: dict[str, Any], key: str = "params") -> Any:
         """`params` with `overrides` (`max_steps_in_episode`: a positive integer)."""
-        unknown = sorted(set(overrides) - {f.name for f in fields(BraxParams)})
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(BraxParams)})
         if unknown:
             raise ValueError(f"{key}: unknown env param(s) {unknown}; valid: max_steps_in_episode")
         for name, value in overrides.items():

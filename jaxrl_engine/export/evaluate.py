@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from jaxrl_engine.core.phases import evaluate_episodes
-from jaxrl_engine.envs.gymnax_env import GymnaxEnv
+from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError
 from jaxrl_engine.io.config import load_config
@@ -39,14 +39,9 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     if cfg.env.host:  # a host env: one evaluation env per episode
         env = host_env(cfg, 1, episodes)
         env_params = env.eval_set(cfg.eval.env_params)
-    elif cfg.env.suite == "brax":
-        from jaxrl_engine.envs.brax_env import BraxEnv
-
-        env = BraxEnv(cfg.env.id, cfg.env.params)
-        env_params = BraxEnv.with_params(env.params, cfg.eval.env_params)
-    else:
-        env = GymnaxEnv(cfg.env.id, cfg.env.params)
-        env_params = GymnaxEnv.with_params(env.params, cfg.eval.env_params)
+    else:  # gymnax or Brax: stepped inside the jitted evaluation
+        env = make_jax_env(cfg.env.suite, cfg.env.id, cfg.env.params)
+        env_params = env.with_params(env.params, cfg.eval.env_params)
     exported = jax.export.deserialize(bytearray((policy / "act.jaxexport").read_bytes()))
     with np.load(policy / "params.npz") as data:
         params = {name: data[name] for name in data.files}
