@@ -3,7 +3,9 @@
 For each `configs/*.yaml` (or those named with `--configs`), the final greedy evaluation return
 of seeds `--seeds` (default 0..4) through the CLI as a user runs it: configs whose runs can be
 vmapped (gymnax envs, flax networks) as one `jaxrl-engine sweep` (all seeds in one compiled
-program), the others as one `jaxrl-engine train` per seed. Prints a markdown table:
+program), the others as one `jaxrl-engine train` per seed. With `--eval-episodes N` each final
+policy is evaluated again over N episodes (`jaxrl-engine eval`) and that mean is reported.
+Prints a markdown table:
 
     env | algorithm | config | env steps | return mean / min (seeds) | anchor | wall
 
@@ -12,7 +14,7 @@ are published figures for the same env (source named); "-" where none is known. 
 extra is not installed are listed as skipped.
 
     .venv/bin/python benchmarks/results_table.py [--seeds 0..4] [--configs ppo_cartpole ...]
-        [--override total_env_steps=4096 ...] [--out table.md]
+        [--override total_env_steps=4096 ...] [--eval-episodes 1000] [--out table.md]
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = {
     "ppo_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "dqn_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "dqn_mountaincar": ("-118", "gymnax README (gymnax-blines, MountainCar-v0)"),
     "ppo_gym_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "ppo_envpool_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "ppo_torch_policy": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
@@ -79,7 +82,8 @@ def sweepable(cfg: dict) -> bool:
 
 
 def cli(args: list[str], cwd: Path) -> tuple[dict, float]:
-    cmd = [sys.executable, "-m", "jaxrl_engine.cli", *args, "progress=false"]
+    quiet = ["progress=false"] if args[0] in ("train", "sweep") else []
+    cmd = [sys.executable, "-m", "jaxrl_engine.cli", *args, *quiet]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - start
@@ -88,25 +92,41 @@ def cli(args: list[str], cwd: Path) -> tuple[dict, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
 
 
-def run_config(path: Path, seeds: list[int], overrides: list[str], work: Path) -> dict:
+def run_config(
+    path: Path, seeds: list[int], overrides: list[str], work: Path, eval_episodes: int
+) -> dict:
     cfg = yaml.safe_load(path.read_text())
     out = work / path.stem
-    base = [str(path), f"run_dir={out}", *overrides]
     if sweepable(cfg) and len(seeds) > 1:
-        summary, wall = cli(["sweep", *base, f"seeds={seeds[0]}..{seeds[-1]}"], work)
+        summary, wall = cli(
+            ["sweep", str(path), f"run_dir={out}", *overrides, f"seeds={seeds[0]}..{seeds[-1]}"],
+            work,
+        )
         with open(summary["csv"], newline="") as f:
             rows = list(csv.DictReader(f))
         returns = [float(r["final_eval_return"]) for r in rows]
+        runs = [Path(summary["run_dir"]) / r["member"] for r in rows]
         steps = int(rows[0]["env_steps"])
         wall_text = f"{wall:.0f} s (sweep of {len(rows)})"
     else:
-        returns, walls = [], []
-        for seed in seeds:
-            summary, wall = cli(["train", *base, f"seed={seed}"], work)
+        returns, walls, runs = [], [], []
+        for seed in seeds:  # one run directory per seed: each run is kept for `eval`
+            summary, wall = cli(
+                ["train", str(path), f"run_dir={out / f'seed{seed}'}", *overrides, f"seed={seed}"],
+                work,
+            )
             returns.append(float(summary["final_eval_return"]))
+            runs.append(Path(summary["run_dir"]))
             walls.append(wall)
             steps = int(summary["env_steps"])
         wall_text = f"{statistics.median(walls):.0f} s (median of {len(walls)})"
+    if eval_episodes:
+        # the final policies again, over many episodes: the training's final evaluation
+        # (eval.episodes, 16 by default) is one noisy sample on envs with random starts
+        returns = [
+            float(cli(["eval", str(run), "--episodes", str(eval_episodes)], work)[0]["return_mean"])
+            for run in runs
+        ]
     algo = cfg.get("algo", {}).get("name", "ppo")
     env = cfg.get("env", {})
     return {
@@ -125,6 +145,13 @@ def main() -> int:
     parser.add_argument("--configs", nargs="*", help="config stems (default: all)")
     parser.add_argument("--override", nargs="*", default=[], help="key=value for every run")
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=0,
+        help="re-evaluate each final policy over this many episodes (`jaxrl-engine eval`); "
+        "0: the training's own final evaluation",
+    )
     args = parser.parse_args()
 
     paths = sorted((ROOT / "configs").glob("*.yaml"))
@@ -137,7 +164,7 @@ def main() -> int:
         "| env | algorithm | config | env steps | return mean / min (seeds) | anchor | wall |",
         "|---|---|---|---:|---|---|---|",
     ]
-    skipped = []
+    skipped, failed = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:
             module = needs(yaml.safe_load(path.read_text()))
@@ -145,8 +172,14 @@ def main() -> int:
                 skipped.append(f"{path.name} ({module} not installed)")
                 continue
             print(f"{path.name}: seeds {args.seeds} ...", file=sys.stderr, flush=True)
-            row = run_config(path, args.seeds, args.override, Path(tmp))
+            try:
+                row = run_config(path, args.seeds, args.override, Path(tmp), args.eval_episodes)
+            except RuntimeError as err:  # one failing config does not lose the others' rows
+                print(err, file=sys.stderr, flush=True)
+                failed.append(path.name)
+                continue
             r = row["returns"]
+            print(f"{path.name}: returns {r}", file=sys.stderr, flush=True)
             figure, source = ANCHORS.get(path.stem, ("-", ""))
             anchor = f"{figure}: {source}" if source else figure
             seeds = f"{args.seeds[0]}-{args.seeds[-1]}" if len(r) > 1 else str(args.seeds[0])
@@ -155,11 +188,18 @@ def main() -> int:
                 f"{statistics.mean(r):.1f} / {min(r):.1f} ({seeds}) | {anchor} | {row['wall']} |"
             )
             print(lines[-1], file=sys.stderr, flush=True)
-    text = "\n".join(lines) + "".join(f"\nskipped: {s}" for s in skipped)
+    how = (
+        f"each final policy's mean return over {args.eval_episodes} episodes (`jaxrl-engine eval`)"
+        if args.eval_episodes
+        else "each run's final evaluation (its eval.episodes)"
+    )
+    text = "\n".join(lines) + f"\nreturn: {how}; min: the lowest seed's"
+    text += "".join(f"\nskipped: {s}" for s in skipped)
+    text += "".join(f"\nfailed: {name} (its error is above)" for name in failed)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
