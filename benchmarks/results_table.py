@@ -82,8 +82,7 @@ def sweepable(cfg: dict) -> bool:
 
 
 def cli(args: list[str], cwd: Path) -> tuple[dict, float]:
-    quiet = ["progress=false"] if args[0] in ("train", "sweep") else []
-    cmd = [sys.executable, "-m", "jaxrl_engine.cli", *args, *quiet]
+    cmd = [sys.executable, "-m", "jaxrl_engine.cli", *args]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - start
@@ -98,9 +97,9 @@ def run_config(
     cfg = yaml.safe_load(path.read_text())
     out = work / path.stem
     if sweepable(cfg) and len(seeds) > 1:
+        seed_range = f"seeds={seeds[0]}..{seeds[-1]}"
         summary, wall = cli(
-            ["sweep", str(path), f"run_dir={out}", *overrides, f"seeds={seeds[0]}..{seeds[-1]}"],
-            work,
+            ["sweep", str(path), f"run_dir={out}", "progress=false", *overrides, seed_range], work
         )
         with open(summary["csv"], newline="") as f:
             rows = list(csv.DictReader(f))
@@ -111,9 +110,9 @@ def run_config(
     else:
         returns, walls, runs = [], [], []
         for seed in seeds:  # one run directory per seed: each run is kept for `eval`
+            run_dir = f"run_dir={out / f'seed{seed}'}"
             summary, wall = cli(
-                ["train", str(path), f"run_dir={out / f'seed{seed}'}", *overrides, f"seed={seed}"],
-                work,
+                ["train", str(path), run_dir, "progress=false", *overrides, f"seed={seed}"], work
             )
             returns.append(float(summary["final_eval_return"]))
             runs.append(Path(summary["run_dir"]))
