@@ -448,6 +448,8 @@ class TD3Config(ContinuousOffPolicyConfig):
             "exploration_noise",
             "policy_noise",
             "noise_clip",
+            "ou_theta",
+            "ou_dt",
             "priority_alpha",
             "priority_beta",
             "priority_eps",
@@ -461,6 +463,13 @@ class TD3Config(ContinuousOffPolicyConfig):
     exploration_noise: float = Field(
         0.1, ge=0, description="std of the Gaussian acting noise, in [-1, 1] action units"
     )
+    noise: Literal["gaussian", "ou"] = Field(
+        "gaussian",
+        description="rollout's acting noise: independent per step, or an Ornstein-Uhlenbeck "
+        "process per env (sigma exploration_noise; temporally correlated, for sparse rewards)",
+    )
+    ou_theta: float = Field(0.15, ge=0, description="OU noise: mean reversion rate (noise=ou)")
+    ou_dt: float = Field(1e-2, gt=0, description="OU noise: time step (noise=ou)")
     policy_noise: float = Field(
         0.2, ge=0, description="std of the target policy smoothing noise, in [-1, 1] units"
     )
@@ -480,6 +489,8 @@ class TD3Config(ContinuousOffPolicyConfig):
             exploration_noise=self.exploration_noise,
             policy_noise=self.policy_noise,
             noise_clip=self.noise_clip,
+            ou_theta=self.ou_theta,
+            ou_dt=self.ou_dt,
             priority_alpha=self.priority_alpha,
             priority_beta=self.priority_beta,
             priority_eps=self.priority_eps,
@@ -507,6 +518,7 @@ class TD3Config(ContinuousOffPolicyConfig):
             spec,
             self.replay(num_envs, num_epochs),
             policy_delay=self.policy_delay,
+            noise=self.noise,
             hparams=self.hparams(spec),
         )
 

@@ -12,6 +12,11 @@ and every `policy_delay` gradient steps (counted over the whole run) also
 The actor is deterministic: tanh of the network's output, in [-1, 1], scaled affinely to the
 env's [low, high]. Acting adds N(0, exploration_noise) in [-1, 1] units and clips; uniform random
 actions until `learning_starts` transitions are stored; `deterministic=True` is the plain actor.
+With `noise="ou"` rollout's noise is instead an Ornstein-Uhlenbeck process per env, in SB3's
+discretisation (`OrnsteinUhlenbeckActionNoise`: x <- x - ou_theta * ou_dt * x + exploration_noise
+* sqrt(ou_dt) * N(0, 1), reset to 0 at each episode's start), carried in the rollout as the
+algorithm's `Explore` state: temporally correlated exploration, which sparse-reward tasks such as
+MountainCarContinuous need (uncorrelated noise averages out to no motion).
 See `off_policy` for the buffer, sampling and the asynchronous schedule.
 """
 
@@ -31,7 +36,7 @@ from jaxrl_engine.algos.configs import TD3Config as TD3Config  # re-exported (no
 from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
 from jaxrl_engine.algos.sac import ActionScale, twin_critic_init, twin_q
 from jaxrl_engine.buffers import replay as replay_buffer
-from jaxrl_engine.core.protocols import Algorithm, EnvSpec
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Explore
 
 
 class TD3State(struct.PyTreeNode):
@@ -55,6 +60,8 @@ class TD3HParams(struct.PyTreeNode):
     exploration_noise: jax.Array | float = 0.1
     policy_noise: jax.Array | float = 0.2
     noise_clip: jax.Array | float = 0.5
+    ou_theta: jax.Array | float = 0.15
+    ou_dt: jax.Array | float = 1e-2
     priority_alpha: jax.Array | float = 0.6
     priority_beta: jax.Array | float = 0.4
     priority_eps: jax.Array | float = 1e-6
@@ -67,11 +74,13 @@ def td3(
     replay: Replay,
     *,
     policy_delay: int = 2,
+    noise: str = "gaussian",
     hparams: TD3HParams | None = None,
 ) -> Algorithm:
     """TD3 with `actor` (obs -> [batch, action_dim], squashed by tanh here) and `critic`
     ((obs, action) -> [batch]), twin critics from two inits of `critic`; the actor and the
-    targets update every `policy_delay` gradient steps."""
+    targets update every `policy_delay` gradient steps; rollout's acting noise `noise`:
+    "gaussian" (independent per step) or "ou" (Ornstein-Uhlenbeck, per env)."""
     if spec.action.discrete:
         raise ValueError(
             f"algo.name=td3 needs continuous actions; env {spec.env_id!r} has discrete ones "
@@ -79,6 +88,8 @@ def td3(
         )
     if policy_delay < 1:
         raise ValueError(f"algo.policy_delay={policy_delay} must be >= 1")
+    if noise not in ("gaussian", "ou"):
+        raise ValueError(f"algo.noise={noise!r} must be 'gaussian' or 'ou'")
     action_dim = int(np.prod(spec.action.shape))
     scale = ActionScale.of(spec)
 
@@ -114,6 +125,8 @@ def td3(
             "actor": train_state.acting,
             "random": ~replay.learning(train_state),
             "noise": jnp.asarray(hp.exploration_noise, jnp.float32),
+            "ou_theta": jnp.asarray(hp.ou_theta, jnp.float32),
+            "ou_dt": jnp.asarray(hp.ou_dt, jnp.float32),
         }
 
     def act(params, obs, key, deterministic):
@@ -123,9 +136,28 @@ def td3(
             return scale.to_env(mean, spec.action.shape), {}
         k_noise, k_random = jax.random.split(key)
         noisy = mean + params["noise"] * jax.random.normal(k_noise, mean.shape)
-        noisy = jnp.clip(noisy, -1.0, 1.0)
-        uniform = jax.random.uniform(k_random, mean.shape, minval=-1.0, maxval=1.0)
-        return scale.to_env(jnp.where(params["random"], uniform, noisy), spec.action.shape), {}
+        return explored(params, noisy, k_random), {}
+
+    def explored(params, noisy: jax.Array, key: jax.Array) -> jax.Array:
+        """The noisy action clipped to [-1, 1], or uniform ones before learning starts; env-scaled."""
+        uniform = jax.random.uniform(key, noisy.shape, minval=-1.0, maxval=1.0)
+        action = jnp.where(params["random"], uniform, jnp.clip(noisy, -1.0, 1.0))
+        return scale.to_env(action, spec.action.shape)
+
+    def ou_init(key: jax.Array, num_envs: int) -> jax.Array:
+        return jnp.zeros((num_envs, action_dim), jnp.float32)
+
+    def ou_act(params, x, obs, first, key):
+        """One Ornstein-Uhlenbeck step per env (x: f32[num_envs, action_dim], 0 at `first`)."""
+        k_noise, k_random = jax.random.split(key)
+        x = jnp.where(first[:, None], 0.0, x)
+        theta, dt = params["ou_theta"], params["ou_dt"]
+        x = (
+            x
+            - theta * dt * x
+            + params["noise"] * jnp.sqrt(dt) * jax.random.normal(k_noise, x.shape)
+        )
+        return explored(params, policy(params["actor"], obs) + x, k_random), {}, x
 
     def train(
         train_state: TD3State,
@@ -216,4 +248,4 @@ def td3(
         act=act,
         train=train,
         static={"actor": actor, "critic": critic, "policy_delay": policy_delay},
-    )
+    )._replace(explore=Explore(ou_init, ou_act) if noise == "ou" else None)

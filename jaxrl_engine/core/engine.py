@@ -184,7 +184,11 @@ class Engine:
         train_state = one_key_at_a_time(algo.init)(k_algo, hparams)
         acting = algo.acting_params(train_state, hparams)
         obs, env_state = reset_batch(self.env, k_env, self.env_params, self.num_envs)
-        env = EnvCarry(state=env_state, obs=obs, done=jnp.zeros((self.num_envs,), bool))
+        explore = None
+        if algo.explore is not None:
+            explore = algo.explore.init(jax.random.fold_in(k_env, 1), self.num_envs)
+        done = jnp.zeros((self.num_envs,), bool)
+        env = EnvCarry(state=env_state, obs=obs, done=done, explore=explore)
         stats = EpisodeStats.zeros(self.num_envs)
         trajectory = jax.eval_shape(lambda: self.builder.collect(acting, env, stats, k_run)[2])
         buffer = algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))

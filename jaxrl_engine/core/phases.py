@@ -152,15 +152,22 @@ class PhaseBuilder:
         """`num_steps` of (policy step, env step), vmapped over envs.
 
         Returns (env, stats, trajectory, metrics). The scan carries only the env state and the
-        observation: on CPU each operation in the loop body costs a dispatch per step, so the
+        observation (and, for an algorithm with an `Explore`, its state and the last step's
+        episode ends): on CPU each operation in the loop body costs a dispatch per step, so the
         episode statistics are computed after it, vectorised over the trajectory.
         """
-        algo, spec = self.algorithm, self.spec
+        algo, spec, explore = self.algorithm, self.spec, self.algorithm.explore
 
         def step(carry, key: jax.Array):
-            env_state, last_obs = carry
+            env_state, last_obs, *acting = carry
             k_act, k_env = jax.random.split(key)
-            action, extras = algo.act(params, last_obs, k_act, False)
+            if explore is None:
+                action, extras = algo.act(params, last_obs, k_act, False)
+            else:
+                explore_state, first = acting
+                action, extras, explore_state = explore.act(
+                    params, explore_state, last_obs, first, k_act
+                )
             obs, env_state, reward, terminated, truncated, info = step_batch(
                 self.env, k_env, env_state, spec.action.clip(action), self.env_params, self.num_envs
             )
@@ -173,13 +180,18 @@ class PhaseBuilder:
                 next_obs=info["final_observation"],
                 extras=extras,
             )
-            return (env_state, obs), transition
+            if explore is None:
+                return (env_state, obs), transition
+            return (env_state, obs, explore_state, terminated | truncated), transition
 
         keys = jax.random.split(key, self.num_steps)
-        (env_state, obs), trajectory = jax.lax.scan(step, (env.state, env.obs), keys)
+        init = (
+            (env.state, env.obs) if explore is None else (env.state, env.obs, env.explore, env.done)
+        )
+        (env_state, obs, *acting), trajectory = jax.lax.scan(step, init, keys)
         done = trajectory.terminated | trajectory.truncated  # [T, N]
         stats, metrics = episode_stats(stats, trajectory.reward, done)
-        env = EnvCarry(env_state, obs, done[-1])
+        env = EnvCarry(env_state, obs, done[-1], acting[0] if acting else None)
         return env, stats, algo.complete_trajectory(params, trajectory), metrics
 
     def store(self, state: EngineState, trajectory: Any) -> EngineState:

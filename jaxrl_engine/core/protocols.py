@@ -82,6 +82,25 @@ class Env(Protocol):
     def spec(self, params: Any) -> EnvSpec: ...
 
 
+class Explore(NamedTuple):
+    """Exploration that carries a per-env state through the rollout (temporally correlated
+    action noise such as Ornstein-Uhlenbeck; RLightning's and SB3's `action_noise`).
+
+    init(key, num_envs) -> state, leading axis `num_envs` (the engine keeps it in
+        `EnvCarry.explore`, so it is checkpointed and resumed with the env it belongs to)
+    act(params, state, obs [num_envs, *obs_shape], first bool[num_envs], key)
+        -> (action, extras per env, state); `first`: the observation starts an episode
+        (the algorithm resets that env's state)
+    When an algorithm has one, rollout acts with it in place of `act(..., deterministic=False)`;
+    evaluation and export use `act` (deterministic by default) and need no state.
+    """
+
+    init: Callable[[jax.Array, int], Any]
+    act: Callable[
+        [Any, Any, jax.Array, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array], Any]
+    ]
+
+
 class Algorithm(NamedTuple):
     """What an algorithm supplies to the engine; every function is pure and jittable.
 
@@ -102,6 +121,7 @@ class Algorithm(NamedTuple):
     on_policy: whether `train` needs the data of the current acting params (PPO) or any
         stored data (off-policy; the actor-learner split accepts only these)
     static: static facts other layers read (e.g. `network` for export); never traced
+    explore: optional stateful rollout acting (`Explore`); None: rollout calls `act`
     """
 
     name: str
@@ -117,3 +137,4 @@ class Algorithm(NamedTuple):
     grad_steps_per_epoch: int
     on_policy: bool
     static: Mapping[str, Any] = {}
+    explore: Explore | None = None

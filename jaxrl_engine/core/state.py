@@ -18,6 +18,7 @@ class EnvCarry(struct.PyTreeNode):
     state: Any
     obs: jax.Array  # [num_envs, *obs_shape]
     done: jax.Array  # bool[num_envs]: the last step ended an episode
+    explore: Any = None  # the algorithm's `Explore` state per env (None: it has none)
 
 
 class Counters(struct.PyTreeNode):

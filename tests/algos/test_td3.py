@@ -164,3 +164,90 @@ def test_vmapped_actor_lr_sweep_equals_separate_runs(tmp_path):
             np.testing.assert_allclose(np.asarray(b)[i], np.asarray(a), rtol=1e-5, atol=1e-6)
         actors.append(host(state.train.params["actor"]))
     assert not same(*actors)  # the learning rate reached the actor's optimizer
+
+
+OU = ["algo.noise=ou", "algo.learning_starts=0", "algo.exploration_noise=0.2"]
+
+
+def noise_of_a_rollout(cfg: jre.Config) -> tuple[jre.Engine, np.ndarray]:
+    """(engine, the rollout's noise [T, num_envs]): its actions minus the noise-free actor's
+    actions at the same observations, in [-1, 1] units (Pendulum's actions are 2x those)."""
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    state, _ = engine.builder.rollout(state)
+    traj = state.buffer  # the replay buffer holds the one rollout, [T, num_envs, ...]
+    steps = engine.num_steps
+    obs = np.asarray(traj.data.obs[:steps]).reshape(-1, 3)
+    action = np.asarray(traj.data.action[:steps]).reshape(-1)
+    mean, _ = engine.algo.act(state.eval_params, jnp.asarray(obs), jax.random.key(0), True)
+    noise = (action - np.asarray(mean).reshape(-1)) / 2.0
+    return engine, noise.reshape(steps, engine.num_envs)
+
+
+def test_ou_noise_makes_rollout_actions_temporally_correlated(tmp_path):
+    # Zero-mean Gaussian noise is independent from step to step; an Ornstein-Uhlenbeck process
+    # (theta * dt = 0.0015 per step) keeps almost all of the previous step's noise. 64 envs x
+    # 48 steps, sigma 0.2: no action reaches the [-1, 1] clip for these seeds, so action minus
+    # actor is the noise itself.
+    sizes = ["env.num_envs=64", "algo.num_steps=48", "algo.buffer_size=4096"]
+    _, gaussian = noise_of_a_rollout(
+        config(*sizes, "algo.learning_starts=0", "algo.exploration_noise=0.2", tmp_path=tmp_path)
+    )
+    engine, ou = noise_of_a_rollout(config(*sizes, *OU, tmp_path=tmp_path))
+    assert engine.algo.explore is not None
+    assert np.abs(ou).max() < 1.0 and np.abs(gaussian).max() < 1.0
+
+    def lag1(x):
+        return np.corrcoef(x[:-1].reshape(-1), x[1:].reshape(-1))[0, 1]
+
+    assert abs(lag1(gaussian)) < 0.1
+    assert lag1(ou) > 0.9
+    # The process's own law: x_t = (1 - theta dt) x_{t-1} + sigma sqrt(dt) N(0, 1) from x_0 = 0,
+    # so Var[x_t] = sigma^2 dt (1 - a^(2t)) / (1 - a^2), a = 1 - theta dt; across 64 envs.
+    a, t = 1 - 0.15 * 0.01, np.arange(1, 49)
+    var = 0.2**2 * 0.01 * (1 - a ** (2 * t)) / (1 - a**2)
+    ratio = ou.var(axis=1).mean() / var.mean()
+    assert 0.8 < ratio < 1.2, ratio
+    # Gaussian noise has the configured std at every step.
+    assert 0.18 < gaussian.std() < 0.22
+
+
+def test_ou_noise_restarts_at_each_episode_start():
+    # One env, steps 0..4 in one episode, step 5 starting a new one: the state there is a fresh
+    # draw (sigma sqrt(dt) N(0, 1)), not the carried-over value plus a step.
+    cfg = TD3Config(noise="ou", exploration_noise=0.5, hidden_sizes=[8])
+    spec = jre.build(config("algo.hidden_sizes=[8]")).spec
+    algo = cfg.build(spec, num_envs=1, num_epochs=1)
+    params = {
+        "actor": algo.init(jax.random.key(0), algo.hparams).params["actor"],
+        "random": jnp.asarray(False),
+        "noise": jnp.float32(0.5),
+        "ou_theta": jnp.float32(0.15),
+        "ou_dt": jnp.float32(0.01),
+    }
+    obs = jnp.zeros((1, 3))
+    x = algo.explore.init(jax.random.key(0), 1)
+    assert x.shape == (1, 1) and not x.any()
+    big = jnp.full((1, 1), 0.9)  # far from what 5 steps of sigma sqrt(dt) reach from 0
+    key = jax.random.key(3)
+    _, _, carried = algo.explore.act(params, big, obs, jnp.array([False]), key)
+    _, _, restarted = algo.explore.act(params, big, obs, jnp.array([True]), key)
+    _, _, fresh = algo.explore.act(params, jnp.zeros((1, 1)), obs, jnp.array([False]), key)
+    step = float(fresh[0, 0])  # sigma sqrt(dt) N(0, 1) for this key
+    np.testing.assert_allclose(float(carried[0, 0]), 0.9 * (1 - 0.0015) + step, rtol=1e-6)
+    np.testing.assert_allclose(float(restarted[0, 0]), step, rtol=1e-6)
+
+
+def test_ou_noise_state_is_in_the_checkpoint_and_a_run_resumes_exactly(tmp_path):
+    base = [*OU, "save_interval=2", "eval.interval=2", f"run_dir={tmp_path}"]
+    straight = jre.build(config(*base, "name=a"))
+    want, summary = straight.run(straight.init(jax.random.key(2)))
+    assert summary["epochs"] == 8
+    assert want.env.explore.shape == (4, 1) and np.asarray(want.env.explore).any()
+    half = jre.build(config(*base, "name=b"))
+    mid, _ = half.run(half.init(jax.random.key(2)), num_epochs=4)
+    engine, state = jre.resume(tmp_path / "b")
+    np.testing.assert_array_equal(np.asarray(state.env.explore), np.asarray(mid.env.explore))
+    got, _ = engine.run(state)
+    assert same(host(got.train.params), host(want.train.params))
+    np.testing.assert_array_equal(np.asarray(got.env.explore), np.asarray(want.env.explore))
