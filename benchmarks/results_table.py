@@ -46,6 +46,10 @@ ANCHORS = {
     "ppo_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
     "sac_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
     "td3_pendulum": ("-130", "gymnax README (gymnax-blines PPO/ES, Pendulum-v1)"),
+    "td3_mountaincar_continuous": (
+        "92",
+        "gymnax README (gymnax-blines, MountainCarContinuous-v0)",
+    ),
     "ppo_minatar_breakout": ("28", "gymnax README (gymnax-blines PPO, Breakout-MinAtar)"),
     "ppo_mujoco_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),
     "ppo_brax_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),

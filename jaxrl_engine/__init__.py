@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from jaxrl_engine.core.hooks import Hook, chain, every
     from jaxrl_engine.core.nan_guard import NonFiniteError, nan_guard
     from jaxrl_engine.core.offload import offload_after, reload_before
-    from jaxrl_engine.core.protocols import ActionSpec, Algorithm, Env, EnvSpec
+    from jaxrl_engine.core.protocols import ActionSpec, Algorithm, Env, EnvSpec, Explore
     from jaxrl_engine.core.state import EngineState, Metrics, Phase
     from jaxrl_engine.core.timing import Timer, timed
     from jaxrl_engine.core.warm_up import ShapeMismatchError
@@ -45,6 +45,7 @@ _SOURCES = {
     "Algorithm": "core.protocols",
     "Env": "core.protocols",
     "EnvSpec": "core.protocols",
+    "Explore": "core.protocols",
     "EngineState": "core.state",
     "Metrics": "core.state",
     "Phase": "core.state",
@@ -89,6 +90,7 @@ __all__ = [
     "EngineState",
     "Env",
     "EnvSpec",
+    "Explore",
     "Hook",
     "HostHook",
     "Metrics",

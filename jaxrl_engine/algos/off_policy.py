@@ -47,7 +47,7 @@ from jaxrl_engine.algos.configs import OffPolicyConfig as OffPolicyConfig
 from jaxrl_engine.algos.configs import grad_steps_per_epoch as grad_steps_per_epoch
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
-from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Metrics
+from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Explore, Metrics
 
 
 class ReplayBatch(struct.PyTreeNode):
@@ -202,6 +202,7 @@ class Replay:
         act: Callable[..., Any],
         train: Callable[..., Any],
         static: dict[str, Any],
+        explore: Explore | None = None,
     ) -> Algorithm:
         """The `Algorithm` bundle of an off-policy algorithm: its own init, acting and train,
         and this replay's buffer, sampling and schedule."""
@@ -219,6 +220,7 @@ class Replay:
             grad_steps_per_epoch=self.grad_steps,
             on_policy=False,
             static=static,
+            explore=explore,
         )
 
 

@@ -248,4 +248,5 @@ def td3(
         act=act,
         train=train,
         static={"actor": actor, "critic": critic, "policy_delay": policy_delay},
-    )._replace(explore=Explore(ou_init, ou_act) if noise == "ou" else None)
+        explore=Explore(ou_init, ou_act) if noise == "ou" else None,
+    )
