@@ -1,6 +1,6 @@
 """Actor-learner split (issue 4): does acting on one device overlap learning on another?
 
-Runs DQN (configs/dqn_cartpole.yaml, `learning_starts` lowered so every timed epoch trains)
+Runs DQN (configs/dqn_cartpole_zoo.yaml, `learning_starts` lowered so every timed epoch trains)
 for `--epochs` epochs per run, four ways, alternating, `--repeats` times in one process:
 
   fused epoch         `engine.epoch` (rollout -> update_dataset -> train -> sync, one call)
@@ -38,7 +38,7 @@ import jaxrl_engine as jre
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.distributed.split import run_split, split_functions
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "dqn_cartpole.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "dqn_cartpole_zoo.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:

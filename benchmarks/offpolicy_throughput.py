@@ -1,6 +1,6 @@
 """Off-policy throughput (issue 4): DQN and SAC env steps/s and gradient steps/s, in one run.
 
-For each of configs/dqn_cartpole.yaml and configs/sac_pendulum.yaml, after a warm-up that fills
+For each of configs/dqn_cartpole_zoo.yaml and configs/sac_pendulum.yaml, after a warm-up that fills
 the buffer past `learning_starts` (so every gradient step is real):
 
   rollout       `engine.rollout` alone (jitted): env steps/s of acting + env + buffer add;
@@ -31,7 +31,7 @@ import jax
 import jaxrl_engine as jre
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {"dqn": "configs/dqn_cartpole.yaml", "sac": "configs/sac_pendulum.yaml"}
+CONFIGS = {"dqn": "configs/dqn_cartpole_zoo.yaml", "sac": "configs/sac_pendulum.yaml"}
 
 
 def median_seconds(fn: Any, repeats: int) -> float:

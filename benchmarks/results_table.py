@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = {
     "ppo_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "dqn_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
+    "dqn_cartpole_zoo": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "dqn_mountaincar": ("-118", "gymnax README (gymnax-blines, MountainCar-v0)"),
     "ppo_gym_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),
     "ppo_envpool_cartpole": ("500", "gymnax README (gymnax-blines PPO, CartPole-v1)"),

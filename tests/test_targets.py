@@ -106,32 +106,33 @@ def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_p
 
 
 @pytest.mark.slow
-def test_dqn_cartpole_learns_on_every_one_of_seeds_0_to_3(tmp_path):
-    """DQN's greedy CartPole return over seeds 0-3 at the shipped budget. Late in training it
-    swings between 500 and ~100 from one evaluation to the next (benchmarks/RESULTS.md), so
-    which seeds end at 500 moves with the CPU's floating-point code (6 of seeds 0-7 on an Intel
-    VM; 2 of seeds 0-3 on an AMD one). What is checked holds on both: every seed reaches 475,
-    and over the last 10 evaluations of the four seeds (40, the last ~25k env steps) at least
-    a quarter are >= 475 (19 of 40 on the AMD VM). One `jaxrl-engine sweep`: the four members
-    in one compiled program, on two forced CPU devices."""
+def test_dqn_cartpole_ends_at_475_on_seeds_0_to_3(tmp_path):
+    """DQN's final greedy CartPole return over seeds 0-3 at the shipped budget (500k steps,
+    PureJaxRL's and CleanRL's settings with the squared-error loss): seeds 0-7 all ended at 500
+    on this AMD VM (benchmarks/RESULTS.md); the Zoo-style config that preceded it swung between
+    500 and ~100 late in training and ended at 500 on 2 to 6 of them. Checked: at least 3 of the
+    4 end >= 475 and every one reaches 475. One `jaxrl-engine sweep`: the four members in one
+    compiled program, on two forced CPU devices; evaluation every 100k steps only."""
     summary, wall = train(
         "configs/dqn_cartpole.yaml",
         "seeds=0..3",
+        "eval.interval=1000",
         tmp_path=tmp_path,
         verb="sweep",
         env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )
     with open(summary["csv"], newline="") as f:
-        members = {int(row["seed"]): row["member"] for row in csv.DictReader(f)}
-    assert sorted(members) == [0, 1, 2, 3], members
+        rows = {int(row["seed"]): row for row in csv.DictReader(f)}
+    assert sorted(rows) == [0, 1, 2, 3], rows
+    final = {seed: float(row["final_eval_return"]) for seed, row in rows.items()}
     returns = {}
-    for seed, member in members.items():
-        with open(Path(summary["run_dir"]) / member / "metrics.jsonl") as f:
+    for seed, row in rows.items():
+        with open(Path(summary["run_dir"]) / row["member"] / "metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
         returns[seed] = [
             r["evaluate/episode_return"] for r in records if "evaluate/episode_return" in r
         ]
+    assert all(len(r) == 5 and r[-1] == final[seed] for seed, r in returns.items()), returns
+    assert sum(v >= 475 for v in final.values()) >= 3, final
     assert all(max(r) >= 475 for r in returns.values()), returns
-    late = [r for seed in returns for r in returns[seed][-10:]]
-    assert len(late) == 40 and sum(r >= 475 for r in late) >= 10, returns
-    assert wall < HANG_FACTOR * 300, f"{wall:.1f} s"
+    assert wall < HANG_FACTOR * 600, f"{wall:.1f} s"

@@ -19,7 +19,7 @@ import json, jax, numpy as np
 import jaxrl_engine as jre
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.distributed.split import run_split
-cfg = jre.load_config("configs/dqn_cartpole.yaml", ["progress=false", "algo.learning_starts=512",
+cfg = jre.load_config("configs/dqn_cartpole_zoo.yaml", ["progress=false", "algo.learning_starts=512",
                                                     "algo.buffer_size=4096"])
 d = jax.devices()
 engine = jre.build(cfg, mesh=data_mesh([d[0]]))
