@@ -109,8 +109,8 @@ def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_p
 def test_dqn_cartpole_ends_at_475_on_seeds_0_to_3(tmp_path):
     """DQN's final greedy CartPole return over seeds 0-3 at the shipped budget (500k steps,
     PureJaxRL's and CleanRL's settings with the squared-error loss): seeds 0-7 all ended at 500
-    on this AMD VM (benchmarks/RESULTS.md); the Zoo-style config that preceded it swung between
-    500 and ~100 late in training and ended at 500 on 2 to 6 of them. Checked: at least 3 of the
+    on this AMD VM (benchmarks/RESULTS.md), where the Zoo-style configs/dqn_cartpole_zoo.yaml
+    swings between 500 and ~100 late in training. Checked: at least 3 of the
     4 end >= 475 and every one reaches 475. One `jaxrl-engine sweep`: the four members in one
     compiled program, on two forced CPU devices; evaluation every 100k steps only."""
     summary, wall = train(

@@ -213,8 +213,9 @@ def test_ou_noise_makes_rollout_actions_temporally_correlated(tmp_path):
 
 
 def test_ou_noise_restarts_at_each_episode_start():
-    # One env, steps 0..4 in one episode, step 5 starting a new one: the state there is a fresh
-    # draw (sigma sqrt(dt) N(0, 1)), not the carried-over value plus a step.
+    # One env whose noise stands at 0.9, stepped with the same key three ways: within an episode
+    # the value decays and takes a step; at an episode's first observation it starts again from
+    # 0 (only the step); from 0 within an episode, the step alone.
     cfg = TD3Config(noise="ou", exploration_noise=0.5, hidden_sizes=[8])
     spec = jre.build(config("algo.hidden_sizes=[8]")).spec
     algo = cfg.build(spec, num_envs=1, num_epochs=1)
