@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.pin_cpu})
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, *sys.argv])
-    base = jre.load_config(CONFIG)
+    # Sizes after --override (env.num_envs=2048, say), so that each run is --epochs epochs.
+    base = jre.load_config(CONFIG, overrides=args.override)
     steps_per_epoch = base.env.num_envs * base.algo.num_steps
     overrides = [f"total_env_steps={args.epochs * steps_per_epoch}", "progress=false"]
     cfg = jre.load_config(CONFIG, overrides=[*overrides, *args.override])

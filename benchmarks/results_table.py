@@ -11,7 +11,9 @@ Prints a markdown table:
 
 `wall` is the process wall of one run (median over seeds), or of the whole sweep. The anchors
 are published figures for the same env (source named); "-" where none is known. Configs whose
-extra is not installed are listed as skipped.
+extra is not installed are listed as skipped. The MinAtar configs (10M env steps) take ~23 min
+per seed on a 2-core CPU and `ppo_brax_halfcheetah` (2048 envs, 50M) is for an accelerator:
+name the configs to run with `--configs` on a CPU.
 
     .venv/bin/python benchmarks/results_table.py [--seeds 0..4] [--configs ppo_cartpole ...]
         [--override total_env_steps=4096 ...] [--eval-episodes 1000] [--out table.md]
@@ -54,6 +56,15 @@ ANCHORS = {
     "ppo_minatar_breakout": ("28", "gymnax README (gymnax-blines PPO, Breakout-MinAtar)"),
     "ppo_mujoco_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),
     "ppo_brax_inverted_pendulum": ("1000", "the task's maximum (1 per step, 1000 steps)"),
+    "ppo_minatar_spaceinvaders": (
+        "131",
+        "gymnax README (gymnax-blines PPO, SpaceInvaders-MinAtar)",
+    ),
+    "ppo_brax_halfcheetah": (
+        "3687 at 52.4M",
+        "Brax's ppo.train with its published settings, seed 0, run on an H200 "
+        "(benchmarks/brax_reference.py)",
+    ),
 }
 
 

@@ -259,7 +259,7 @@ def _plot(args: argparse.Namespace) -> int:
     name = "curves.png" if len(args.runs) == 1 else f"curves_{len(args.runs)}_runs.png"
     out = args.out or str(Path(args.runs[0]) / name)
     try:
-        plot_runs(args.runs, out, metric=args.metric)
+        plot_runs(args.runs, out, metric=args.metric, references=args.reference)
     except (FileNotFoundError, ValueError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     print(out)
@@ -327,6 +327,15 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
         "curves_<N>_runs.png in the first one)",
     )
     plot.add_argument("--metric", default="evaluate/episode_return", help="a metrics.jsonl key")
+    plot.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='a reference curve drawn dashed beside the runs: {"label": ..., "curve": '
+        '[{"env_steps": n, "return": x, "wall_s": s}, ...]} (wall_s optional; '
+        "benchmarks/brax_reference.py writes this)",
+    )
     ev = verbs.add_parser(
         "eval",
         help="run a run's exported policy for N episodes and print the statistics",

@@ -68,6 +68,27 @@ class BraxState:
     time: jax.Array  # steps since the episode began
 
 
+@contextlib.contextmanager
+def _mujoco_warnings_as_python_warnings() -> Any:
+    """MuJoCo's warnings as Python warnings while Brax compiles its model.
+
+    MuJoCo's default warning handler prints the warning and appends it to MUJOCO_LOG.TXT in the
+    working directory (Brax's halfcheetah model triggers a deprecation warning on every make): a
+    file the user did not ask for, wherever they run. Here they go through `warnings` instead
+    (which the caller filters), and the previous handler is put back afterwards."""
+    try:
+        import mujoco
+    except ImportError:  # brax's spring/positional/generalized pipelines need it; be safe
+        yield
+        return
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", stacklevel=1))
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
 class BraxEnv:
     """A Brax env by name (`brax.envs.get_environment`), with an episode limit and auto-reset."""
 
@@ -85,7 +106,7 @@ class BraxEnv:
             )
         limit = {f.name for f in dataclasses.fields(BraxParams)} & set(kwargs)
         self.params = self.with_params(BraxParams(), {k: kwargs.pop(k) for k in limit})
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _mujoco_warnings_as_python_warnings():
             warnings.simplefilter("ignore")  # the maintenance-mode warning, again on make
             try:
                 self.env = envs.get_environment(env_id, backend=backend, **kwargs)

@@ -5,11 +5,16 @@ name, run_dir, progress, loggers, ...) are one group: plotted as the mean over s
 min-max band shaded. Groups are labelled by the config keys in which they differ (or by name
 when there is one group). Figures are built with matplotlib's object API (no pyplot, no GUI
 backend), written as PNG or SVG by the file's suffix.
+
+A reference curve (another library's run, a published figure) can be drawn beside the runs: a
+JSON file `{"label": ..., "curve": [{"env_steps": ..., "return": ..., "wall_s": ...}, ...]}`
+(`wall_s` optional; `benchmarks/brax_reference.py` writes this format), read as data only.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,13 +116,62 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
     )
 
 
+@dataclass
+class Reference:
+    """A reference curve from a JSON file: one series, no seeds band."""
+
+    label: str
+    env_steps: np.ndarray
+    values: np.ndarray
+    wall_s: np.ndarray | None  # None unless every point has wall_s
+
+
+def read_reference(path: str | Path) -> Reference:
+    """Parse a reference-curve JSON file (data only); ValueError naming the file and the point
+    when it is not `{"label"?: str, "curve": [{"env_steps": n, "return": x, "wall_s"?: s}, ...]}`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"reference curve {str(path)!r}: not readable as JSON ({e})") from None
+    points = data.get("curve") if isinstance(data, dict) else None
+    if not isinstance(points, list) or not points:
+        raise ValueError(
+            f"reference curve {str(path)!r}: expected an object with a non-empty list 'curve' "
+            'of {"env_steps", "return"[, "wall_s"]} points'
+        )
+    steps, values, walls = [], [], []
+    for i, point in enumerate(points):
+        try:
+            steps.append(float(point["env_steps"]))
+            values.append(float(point["return"]))
+            walls.append(float(point["wall_s"]) if "wall_s" in point else None)
+        except (TypeError, KeyError, ValueError) as e:
+            raise ValueError(
+                f"reference curve {str(path)!r}: point {i} ({point!r}) needs numeric "
+                f"'env_steps' and 'return' ({type(e).__name__}: {e})"
+            ) from None
+    label = data.get("label")
+    return Reference(
+        label=str(label) if label else path.stem,
+        env_steps=np.array(steps),
+        values=np.array(values),
+        wall_s=None if any(w is None for w in walls) else np.array(walls, dtype=float),
+    )
+
+
 def plot_runs(
-    paths: list[str | Path], out: str | Path | None = None, metric: str = EVAL_RETURN
+    paths: list[str | Path],
+    out: str | Path | None = None,
+    metric: str = EVAL_RETURN,
+    references: Sequence[str | Path] = (),
 ) -> Any:
-    """Figure with `metric` vs env steps (left) and vs wall time (right); saved to `out`
-    (.png or .svg) when given. Returns the matplotlib Figure."""
+    """Figure with `metric` vs env steps (left) and vs wall time (right), with any reference
+    curves (`read_reference`) dashed; saved to `out` (.png or .svg) when given. Returns the
+    matplotlib Figure."""
     from matplotlib.figure import Figure
 
+    refs = [read_reference(r) for r in references]  # bad files fail before any run is read
     curves = [
         curve(label, runs, metric) for label, runs in group_runs([read_run(p) for p in paths])
     ]
@@ -129,6 +183,14 @@ def plot_runs(
             (line,) = ax.plot(x, c.mean, label=label, marker="o", markersize=3)
             if c.runs > 1:
                 ax.fill_between(x, c.low, c.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    for r in refs:
+        (line,) = by_steps.plot(
+            r.env_steps, r.values, label=r.label, linestyle="--", marker="s", markersize=3
+        )
+        if r.wall_s is not None:
+            by_time.plot(
+                r.wall_s, r.values, linestyle="--", marker="s", markersize=3, color=line.get_color()
+            )
     by_steps.set_xlabel("env steps")
     by_time.set_xlabel("wall time (s, incl. compile)")
     by_steps.set_ylabel(metric)

@@ -144,3 +144,17 @@ def test_importing_brax_prints_nothing_on_stdout():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == ""
+
+
+def test_making_an_env_writes_no_mujoco_log_into_the_working_directory(tmp_path, monkeypatch):
+    # Brax's halfcheetah model makes MuJoCo warn on every make; MuJoCo's own handler would append
+    # that to ./MUJOCO_LOG.TXT. The adapter routes it through Python warnings instead.
+    import mujoco
+
+    from jaxrl_engine.envs.brax_env import BraxEnv
+
+    monkeypatch.chdir(tmp_path)
+    env = BraxEnv("halfcheetah")
+    assert env.spec(env.params).obs_shape == (17,)
+    assert list(tmp_path.iterdir()) == []
+    assert mujoco.get_mju_user_warning() is None  # MuJoCo's default handler is back

@@ -116,3 +116,52 @@ def test_cli_plot_of_several_runs_writes_into_the_first_not_the_cwd(tmp_path, ca
 def test_cli_plot_rejects_a_directory_without_metrics(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def write_reference(path, points, label="Brax ppo.train"):
+    path.write_text(json.dumps({"label": label, "curve": points}))
+    return path
+
+
+def test_reference_curve_is_drawn_dashed_beside_the_runs_in_both_panels(runs, tmp_path):
+    ref = write_reference(
+        tmp_path / "ref.json",
+        [
+            {"env_steps": s, "return": r, "wall_s": w}
+            for s, r, w in zip(STEPS, [1, 2, 4], [5, 6, 7], strict=True)
+        ],
+    )
+    by_steps, by_time = plot_runs(runs, references=[ref]).axes
+    line = next(x for x in by_steps.get_lines() if x.get_label() == "Brax ppo.train")
+    assert line.get_linestyle() == "--"
+    np.testing.assert_allclose(line.get_xdata(), STEPS)
+    np.testing.assert_allclose(line.get_ydata(), [1, 2, 4])
+    (time_line,) = [x for x in by_time.get_lines() if x.get_linestyle() == "--"]
+    np.testing.assert_allclose(time_line.get_xdata(), [5, 6, 7])
+    # Without wall times the reference is on the env-steps panel only.
+    bare = write_reference(tmp_path / "bare.json", [{"env_steps": 1, "return": 2}], label="")
+    by_steps, by_time = plot_runs(runs[:1], references=[bare]).axes
+    assert "bare" in [x.get_label() for x in by_steps.get_lines()]  # the file's stem
+    assert all(x.get_linestyle() != "--" for x in by_time.get_lines())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not readable as JSON"),
+        ('{"curve": []}', "non-empty list 'curve'"),
+        ("[1, 2]", "non-empty list 'curve'"),
+        ('{"curve": [{"env_steps": 1, "return": 2}, {"env_steps": 2}]}', "point 1"),
+        ('{"curve": [{"env_steps": "x", "return": 2}]}', "point 0"),
+    ],
+)
+def test_cli_plot_rejects_a_bad_reference_file_naming_it(runs, tmp_path, capsys, text, message):
+    ref = tmp_path / "ref.json"
+    ref.write_text(text)
+    out = tmp_path / "c.png"
+    assert cli.main(["plot", str(runs[0]), "--reference", str(ref), "--out", str(out)]) == (
+        cli.EXIT_BAD_INPUT
+    )
+    err = capsys.readouterr().err
+    assert message in err and "ref.json" in err
+    assert not out.exists()
