@@ -13,7 +13,16 @@
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh brax|throughput|all
 #
-# Packages the machine lacks travel as wheels in .whl/ (installed into /tmp/site first).
+# Packages the machine lacks travel as wheels in .whl/ (git-ignored; installed into /tmp/site
+# first). Session 14 fetched them for the device's Python 3.12 with (versions: this project's venv)
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     brax==0.14.2 gymnax==1.0.1 gymnasium==1.3.0 farama-notifications glfw==2.11.0 \
+#     jaxopt==0.8.5 ml_collections==1.1.0 mujoco==3.17.0 mujoco-mjx==3.17.0 trimesh==5.2.0 \
+#     pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+#     tensorboardX==2.6.5
+# (38 MB; jax, flax, optax, chex, orbax, rich, matplotlib are the machine's own).
 set -uo pipefail
 PART=${1:-all}
 cd "$(dirname "$0")/.."
