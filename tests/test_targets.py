@@ -106,18 +106,19 @@ def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_p
 
 
 @pytest.mark.slow
-def test_ppo_minatar_breakout_leaves_the_plateau_by_819k_steps(tmp_path):
-    """Breakout-MinAtar, the shipped config (lr 1e-3), seed 0, the first 819,200 of its 10M env
-    steps (100 epochs). Greedy eval there, seeds 0-4 on an H200: 17.4, 20.0, 21.2, 28.4, 24.9;
-    with lr 5e-4 (the config before) 6.4, 7.0, 7.0, 11.6, 11.6, the plateau that lasted to
-    ~3.3M env steps (benchmarks/RESULTS.md). At 10M the five seeds end at mean 61.0, min 29.0
-    (anchor: gymnax-blines' PPO, 28)."""
+def test_ppo_minatar_breakout_leaves_the_plateau_by_410k_steps(tmp_path):
+    """Breakout-MinAtar, the shipped config (lr 1e-3), seed 0, the first 409,600 of its 10M env
+    steps (50 epochs, one evaluation). Greedy eval there: seeds 0-4 on an H200 15.4, 18.6, 20.5,
+    22.2, 23.8 and seed 0 on this project's CPU 20.1; with lr 5e-4 (the config before) 6.0, 6.6,
+    7.0, 11.2, 11.6, the start of a plateau at ~7 that lasted 2-5M env steps
+    (benchmarks/RESULTS.md). At 10M the lr 1e-3 seeds end at mean 61.0, min 29.0 (anchor:
+    gymnax-blines' PPO, 28)."""
     summary, wall = train(
-        "configs/ppo_minatar_breakout.yaml", "seed=0", "total_env_steps=819200", tmp_path=tmp_path
+        "configs/ppo_minatar_breakout.yaml", "seed=0", "total_env_steps=409600", tmp_path=tmp_path
     )
-    assert summary["env_steps"] == 819_200
-    assert summary["final_eval_return"] >= 15, summary
-    assert wall < HANG_FACTOR * 300, f"{wall:.1f} s"
+    assert summary["env_steps"] == 409_600
+    assert summary["final_eval_return"] >= 12, summary
+    assert wall < HANG_FACTOR * 150, f"{wall:.1f} s"
 
 
 @pytest.mark.slow
