@@ -9,9 +9,13 @@
 #               default size (16 envs) and at 2048 envs, then benchmarks/offpolicy_throughput.py
 #               (DQN and SAC epochs), then benchmarks/cnn_epoch.py (is `algo.cnn.impl: auto`'s
 #               choice of xla right on a GPU?); ~6 minutes.
+#   minatar     the MinAtar games not shipped yet (Asterix, Freeway, Seaquest): seeds 0-4 of the
+#               Breakout settings (lr 1e-3, 10M env steps) as one sweep per game, each cut at
+#               $MINATAR_LIMIT seconds (Asterix ran at ~0.66M env steps/s over five members in
+#               session 14: ~80 s of training); ~8 minutes.
 # Everything it prints goes to $OUT/log.txt; run dirs and the reference curve to $OUT.
 #
-#   OUT=/tmp/gpu bash benchmarks/gpu_session.sh brax|throughput|all
+#   OUT=/tmp/gpu bash benchmarks/gpu_session.sh brax|throughput|minatar|all
 #
 # Packages the machine lacks travel as wheels in .whl/ (git-ignored; installed into /tmp/site
 # first). Session 14 fetched them for the device's Python 3.12 with (versions: this project's venv)
@@ -29,6 +33,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
 PY=${PY:-python3}
 HC_LIMIT=${HC_LIMIT:-170}
+MINATAR_LIMIT=${MINATAR_LIMIT:-150}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if [ ! -d /tmp/site ] && compgen -G ".whl/*.whl" > /dev/null; then
@@ -85,5 +90,14 @@ timeout 90 $PY benchmarks/cnn_epoch.py --repeats 3
 
 fi
 
+if [ "$PART" = minatar ] || [ "$PART" = all ]; then
+for game in Asterix Freeway Seaquest; do
+  step "$game-MinAtar: seeds 0-4, the Breakout settings (limit ${MINATAR_LIMIT} s)"
+  timeout -s TERM "$MINATAR_LIMIT" $PY -m jaxrl_engine.cli sweep configs/ppo_minatar_breakout.yaml \
+    'seeds=0..4' env.id="$game-MinAtar" name="ppo_minatar_$game" run_dir="$T" | tail -1
+  cp "$T/ppo_minatar_$game/sweep.csv" "$OUT/minatar_$game.csv" 2>/dev/null || true
+done
+fi
+
 step "done"
-(cd "$T" && tar czf "$OUT/runs-$PART.tar.gz" --exclude='checkpoints' . ) || true
+(cd "$T" && tar czf "$OUT/runs-$PART.tar.gz" --exclude='checkpoints' --exclude='events.out.tfevents*' . ) || true
