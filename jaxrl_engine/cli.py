@@ -11,7 +11,7 @@ rewritten); 2 bad input (config, env id, shapes, torch factory, checkpoints, a r
 use by another run), reported before any compile; 3 stopped by a non-finite value; 74 an
 operating-system error while running (disk full, permissions), the last good checkpoint kept;
 75 stopped by SIGINT/SIGTERM after a checkpoint (resume it with --resume); 130 interrupted
-(Ctrl-C) before training started. A second SIGINT ends the process at once (killed by the
+(Ctrl-C or SIGTERM) before training started. A second SIGINT ends the process at once (killed by the
 signal).
 """
 
@@ -468,9 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "sweep":
             return _sweep(args)
         return USER_VERBS[args.verb](args)
-    except KeyboardInterrupt:  # Ctrl-C before training started (imports, build, compile)
+    except KeyboardInterrupt as e:  # a signal before training started (imports, build, compile)
         where = f"; {_resume_hint(Path(args.resume))}" if getattr(args, "resume", None) else ""
-        return _fail(f"interrupted (Ctrl-C) before training started{where}", EXIT_CTRL_C)
+        # `raise_if_stopped` names the signal (SIGINT, SIGTERM); a bare one is Python's Ctrl-C.
+        name = "Ctrl-C" if not e.args or e.args[0] == "SIGINT" else str(e.args[0])
+        return _fail(f"interrupted ({name}) before training started{where}", EXIT_CTRL_C)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,16 @@ def test_ctrl_c_during_compile_exits_130_without_a_resume_hint(tmp_path):
     assert not list((tmp_path / "c").rglob("epoch_*"))  # nothing trained, nothing saved
 
 
+def test_sigterm_during_compile_is_named_as_such(tmp_path):
+    proc = start(*SMALL, f"run_dir={tmp_path}", "name=t")
+    wait_for(lambda: (tmp_path / "t" / LOCK_FILE).is_file(), proc, "the run to start")
+    proc.send_signal(signal.SIGTERM)  # as `timeout` or a scheduler stops a job
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == cli.EXIT_CTRL_C, err
+    assert_one_message(err, "interrupted (SIGTERM) before training started")
+    assert "Ctrl-C" not in err
+
+
 def test_ctrl_c_while_training_without_checkpoints_gives_no_resume_hint(tmp_path):
     proc = start(*SMALL, f"run_dir={tmp_path}", "name=s", "save_interval=0", "total_env_steps=2e6")
     metrics = tmp_path / "s" / "metrics.jsonl"
