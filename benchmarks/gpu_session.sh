@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One prepared accelerator session for issues 14 and 16 (run where a GPU is lent), in two parts
-# that fit the device tool's 10-minute calls:
+# One prepared accelerator session for issues 14 and 16 (run where a GPU is lent), in parts
+# that each fit the device tool's 10-minute calls:
 #   brax        a smoke run of the default config on the GPU, then the Brax halfcheetah run:
 #               configs/ppo_brax_halfcheetah.yaml, then Brax's own PPO trainer with its published
 #               settings (benchmarks/brax_reference.py), each cut at $HC_LIMIT seconds (SIGTERM:

@@ -11,8 +11,8 @@ rewritten); 2 bad input (config, env id, shapes, torch factory, checkpoints, a r
 use by another run), reported before any compile; 3 stopped by a non-finite value; 74 an
 operating-system error while running (disk full, permissions), the last good checkpoint kept;
 75 stopped by SIGINT/SIGTERM after a checkpoint (resume it with --resume); 130 interrupted
-(Ctrl-C or SIGTERM) before training started. A second SIGINT ends the process at once (killed by the
-signal).
+(Ctrl-C or SIGTERM) before training started. A second SIGINT ends the process at once (killed
+by the signal).
 """
 
 from __future__ import annotations

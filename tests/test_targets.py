@@ -109,7 +109,7 @@ def test_seed_0_reaches_the_target_return_in_time(config, target, limit_s, tmp_p
 def test_ppo_minatar_breakout_leaves_the_plateau_by_410k_steps(tmp_path):
     """Breakout-MinAtar, the shipped config (lr 1e-3), seed 0, the first 409,600 of its 10M env
     steps (50 epochs, one evaluation). Greedy eval there: seeds 0-4 on an H200 15.4, 18.6, 20.5,
-    22.2, 23.8 and seed 0 on this project's CPU 20.1; with lr 5e-4 (the config before) 6.0, 6.6,
+    22.2, 23.8 and seed 0 on this project's CPU 20.1; with gymnax-blines' lr 5e-4 6.0, 6.6,
     7.0, 11.2, 11.6, the start of a plateau at ~7 that lasted 2-5M env steps
     (benchmarks/RESULTS.md). At 10M the lr 1e-3 seeds end at mean 61.0, min 29.0 (anchor:
     gymnax-blines' PPO, 28)."""

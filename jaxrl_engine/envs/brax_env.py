@@ -76,11 +76,8 @@ def _mujoco_warnings_as_python_warnings() -> Any:
     working directory (Brax's halfcheetah model triggers a deprecation warning on every make): a
     file the user did not ask for, wherever they run. Here they go through `warnings` instead
     (which the caller filters), and the previous handler is put back afterwards."""
-    try:
-        import mujoco
-    except ImportError:  # brax's spring/positional/generalized pipelines need it; be safe
-        yield
-        return
+    import mujoco  # a dependency of brax, imported with it (brax is the optional extra)
+
     previous = mujoco.get_mju_user_warning()
     mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", stacklevel=1))
     try:
