@@ -268,7 +268,10 @@ class DistributedConfig(Strict):
         "included); false: never",
     )
     heartbeat_timeout_s: int = Field(
-        30, gt=0, description="a process that stops answering this long stops all the others"
+        100,
+        gt=0,
+        description="a process that stops answering this long stops all the others (JAX's "
+        "default; shorter ones end healthy jobs on a loaded machine)",
     )
     init_timeout_s: int = Field(
         120, gt=0, description="how long a process waits for all the others to join"

@@ -61,7 +61,7 @@ def cli(args: list[str], n_devices: int, timeout: float = 420) -> subprocess.Com
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         pytest.fail(f"{args[:6]} ran past {timeout} s; the stacks:\n{stderr[-20000:]}")
-    assert proc.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 0, f"{stderr[:3000]}\n...\n{stderr[-3000:]}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
