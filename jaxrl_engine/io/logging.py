@@ -5,22 +5,20 @@ step) and hands the record to `RunDir.log`, which appends it to `metrics.jsonl` 
 to every other backend selected by the config key `loggers`. A backend is anything with
 `log(record)` and `close()`; the record is a flat dict of Python floats/ints keyed like the
 metrics (`evaluate/episode_return`), plus `epoch`, `env_steps` and `wall_s`. Backends import
-their library lazily, so `import jaxrl_engine` never needs tensorboardX or wandb.
+their library lazily, so `import jaxrl_engine` never needs wandb.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
 from jaxrl_engine.io.config import Config
+from jaxrl_engine.io.tfevents import EventFileWriter
 
 # Record fields that index the curve rather than being metrics.
 INDEX_KEYS = ("epoch", "env_steps", "wall_s")
-_WRITER_IDS = itertools.count()
 
 
 class Logger(Protocol):
@@ -42,33 +40,25 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 class TensorBoardLogger:
-    """TensorBoard event files in the run directory, written by tensorboardX (no TensorFlow).
+    """TensorBoard event files in the run directory (`jaxrl_engine.io.tfevents`: no TensorFlow,
+    no tensorboardX).
 
     Every metric is a scalar tagged by its name (`evaluate/episode_return`) at step = env steps,
     so curves from runs with different epoch sizes line up; the event wall time is the real one.
-    The writer opens at the first record with `purge_step` at its env steps: a resumed run
-    replaces what an interrupted one logged after its checkpoint, instead of doubling it.
+    One event per record holds all its scalars, written through to the file. The file opens at
+    the first record with `purge_step` at its env steps: a resumed run replaces what an
+    interrupted one logged after its checkpoint, instead of doubling it.
     """
 
     def __init__(self, path: Path):
-        from tensorboardX import SummaryWriter
-
         self._path = path
-        self._open = SummaryWriter
-        self._writer: Any = None
+        self._writer: EventFileWriter | None = None
 
     def log(self, record: dict[str, Any]) -> None:
         step = int(record["env_steps"])
         if self._writer is None:
-            # tensorboardX names files by the second and host only: two writers in one second
-            # (an in-process resume, parallel runs) would share a file, so make names unique.
-            suffix = f".{os.getpid()}.{next(_WRITER_IDS):04d}"
-            self._writer = self._open(
-                logdir=str(self._path), purge_step=step, flush_secs=10, filename_suffix=suffix
-            )
-        for key, value in scalars(record).items():
-            self._writer.add_scalar(key, value, global_step=step)
-        self._writer.flush()
+            self._writer = EventFileWriter(self._path, purge_step=step)
+        self._writer.add_scalars(step, scalars(record))
 
     def close(self) -> None:
         if self._writer is not None:

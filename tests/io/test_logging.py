@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import subprocess
 import sys
 import types
 
@@ -128,3 +129,27 @@ def test_a_resumed_run_replaces_the_events_logged_after_its_checkpoint(tmp_path)
     events.Reload()
     curve = [(e.step, e.value) for e in events.Scalars("train/loss")]
     assert curve == [(100, 1.0), (200, 2.0), (300, 13.0), (400, 14.0)]
+
+
+def test_event_framing_checksums_are_crc32c():
+    from jaxrl_engine.io.tfevents import crc32c, tfrecord
+
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    record = tfrecord(b"payload")
+    assert len(record) == 8 + 4 + len(b"payload") + 4
+    assert record[12:-4] == b"payload"
+
+
+def test_writing_tensorboard_events_imports_neither_torch_nor_tensorboardX(tmp_path):
+    """In a fresh process: a torch install must not put torch's import into every run's start."""
+    script = (
+        "import sys; from jaxrl_engine.io.logging import TensorBoardLogger\n"
+        f"w = TensorBoardLogger(__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        "w.log({'epoch': 1, 'env_steps': 10, 'wall_s': 0.1, 'train/loss': 0.5}); w.close()\n"
+        "print(sorted(m for m in ('torch', 'tensorboardX', 'tensorflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
