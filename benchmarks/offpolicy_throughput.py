@@ -10,6 +10,11 @@ the buffer past `learning_starts` (so every gradient step is real):
                 (the same algorithm built with one gradient step per epoch), state donated;
   epoch         `engine.epoch` (rollout -> sample -> train -> sync, one jitted call, state
                 donated): env steps/s and gradient steps/s at the config's train_ratio.
+  GFLOP/s       the epoch's gradient steps/s times one gradient step's flops, as XLA's cost
+                analysis of the compiled one-step `train` counts them (matmuls dominate).
+  % matmul      that rate against one jitted [n, n] @ [n, n] matmul at its best size here
+                (`--matmul-n`, timed in the same process): how far the epoch is from the
+                machine's arithmetic limit, the ceiling no schedule change can pass.
 
 Every timing is the median of `--repeats` calls, each blocked on its result; compilation is
 excluded (each function runs once before timing). Fused and loop calls alternate, so that the
@@ -73,6 +78,14 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     assert one.grad_steps_per_epoch == 1
     step = jax.jit(one.train, donate_argnums=0)
     slices = [jax.tree.map(lambda x, i=i: x[i : i + 1], batch) for i in range(G)]
+    cost = (
+        jax.jit(one.train)
+        .lower(train_state, buffer, slices[0], jax.random.key(0), hp)
+        .compile()
+        .cost_analysis()
+    )
+    cost = cost[0] if isinstance(cost, list) else cost
+    out["flops_per_grad_step"] = float(cost["flops"])
     keys = list(jax.random.split(jax.random.key(2), G))
     holder = {name: jax.tree.map(lambda x: x.copy(), train_state) for name in ("fused", "loop")}
 
@@ -106,17 +119,36 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     t = median_seconds(run_epoch, repeats)
     out["epoch_env_steps_per_s"] = engine.steps_per_epoch / t
     out["epoch_grad_steps_per_s"] = G / t
+    out["gflops"] = out["flops_per_grad_step"] * out["epoch_grad_steps_per_s"] / 1e9
     return out
+
+
+def matmul_gflops(n: int, repeats: int) -> float:
+    """GFLOP/s of one jitted f32 [n, n] @ [n, n] (median of `repeats` calls)."""
+    a = jax.numpy.ones((n, n), jax.numpy.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(matmul(a))
+    return 2 * n**3 / median_seconds(lambda: jax.block_until_ready(matmul(a)), repeats) / 1e9
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--matmul-n",
+        type=int,
+        nargs="+",
+        default=[256, 512, 1024, 2048],
+        help="matmul sizes to time; the best rate is the %% matmul reference",
+    )
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {len(jax.devices())} device(s)")
+    rates = {n: matmul_gflops(n, args.repeats) for n in args.matmul_n}
+    print("matmul GFLOP/s: " + ", ".join(f"[{n}]^2 {r:,.1f}" for n, r in rates.items()))
     header = (
         f"{'algo':<5}{'G':>5}{'rollout env/s':>15}{'fused grad/s':>14}{'loop grad/s':>13}"
-        f"{'fused/loop':>11}{'epoch env/s':>13}{'epoch grad/s':>14}"
+        f"{'fused/loop':>11}{'epoch env/s':>13}{'epoch grad/s':>14}{'MFLOP/step':>12}"
+        f"{'GFLOP/s':>9}{'% matmul':>10}"
     )
     print(header)
     for name in CONFIGS:
@@ -125,7 +157,9 @@ def main() -> None:
             f"{name:<5}{int(r['G']):>5}{r['rollout_env_steps_per_s']:>15,.0f}"
             f"{r['fused_grad_steps_per_s']:>14,.0f}{r['loop_grad_steps_per_s']:>13,.0f}"
             f"{r['fused_grad_steps_per_s'] / r['loop_grad_steps_per_s']:>10.2f}x"
-            f"{r['epoch_env_steps_per_s']:>13,.0f}{r['epoch_grad_steps_per_s']:>14,.0f}",
+            f"{r['epoch_env_steps_per_s']:>13,.0f}{r['epoch_grad_steps_per_s']:>14,.0f}"
+            f"{r['flops_per_grad_step'] / 1e6:>12.1f}{r['gflops']:>9.1f}"
+            f"{100 * r['gflops'] / max(rates.values()):>9.0f}%",
             flush=True,
         )
 
