@@ -35,6 +35,10 @@ TINY = [
     "loggers=[jsonl]",
 ]
 CLI = [sys.executable, "-m", "jaxrl_engine.cli"]
+# Launched jobs that are not about heartbeats: on CI's 2 cores, shared with the other pytest
+# worker, a healthy process can go tens of seconds without a heartbeat getting through (a CI
+# run ended a job at the old 30 s default), so these jobs allow 300 s.
+PATIENT = "distributed.heartbeat_timeout_s=300"
 
 
 def devices(n: int) -> dict[str, str]:
@@ -83,7 +87,8 @@ def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("multihost")
     common = [*TINY, f"run_dir={root}"]
     launched = cli(
-        ["launch", "-n", "2", "--cpu-devices", "2", "--", "train", *common, "name=two"], 4
+        ["launch", "-n", "2", "--cpu-devices", "2", "--", "train", *common, PATIENT, "name=two"],
+        4,
     )
     cli(["train", *common, "name=one"], 4)
     (root / "launch_stdout.txt").write_text(launched.stdout)
@@ -208,7 +213,8 @@ def test_a_sweep_over_two_processes_equals_it_in_one(tmp_path):
         f"run_dir={tmp_path}",
     ]
     launched = cli(
-        ["launch", "-n", "2", "--cpu-devices", "2", "--", "sweep", *common, "name=two"], 4
+        ["launch", "-n", "2", "--cpu-devices", "2", "--", "sweep", *common, PATIENT, "name=two"],
+        4,
     )
     cli(["sweep", *common, "name=one"], 4)
     summary = json.loads(launched.stdout.strip().splitlines()[-1])
