@@ -153,3 +153,21 @@ def test_writing_tensorboard_events_imports_neither_torch_nor_tensorboardX(tmp_p
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+
+
+def test_tensorboards_reader_checks_our_checksums(tmp_path):
+    """TensorBoard's loader verifies each record's CRC (a flipped payload byte drops the record),
+    so the curve tests above, which read every record back, also check our CRC-32C framing."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    from jaxrl_engine.io.tfevents import EventFileWriter
+
+    writer = EventFileWriter(tmp_path, purge_step=0)
+    writer.add_scalars(10, {"a": 1.5, "b": -2.0})
+    writer.close()
+    kinds = [(e.step, e.WhichOneof("what")) for e in EventFileLoader(str(writer.path)).Load()]
+    assert kinds == [(0, "file_version"), (0, "file_version"), (0, "session_log"), (10, "summary")]
+    data = bytearray(writer.path.read_bytes())
+    data[-6] ^= 0xFF  # inside the last record's payload
+    writer.path.write_bytes(bytes(data))
+    assert [e.step for e in EventFileLoader(str(writer.path)).Load()] == [0, 0, 0]
