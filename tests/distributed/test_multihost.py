@@ -35,9 +35,9 @@ TINY = [
     "loggers=[jsonl]",
 ]
 CLI = [sys.executable, "-m", "jaxrl_engine.cli"]
-# Launched jobs that are not about heartbeats: on CI's 2 cores, shared with the other pytest
-# worker, a healthy process can go tens of seconds without a heartbeat getting through (a CI
-# run ended a job at the old 30 s default), so these jobs allow 300 s.
+# Launched jobs that are not about heartbeats: on 2 cores shared with the other pytest worker,
+# a healthy process can go tens of seconds without a heartbeat getting through, so these jobs
+# allow 300 s rather than fail for a reason they do not test.
 PATIENT = "distributed.heartbeat_timeout_s=300"
 
 
