@@ -30,7 +30,7 @@ from jaxrl_engine.distributed.sweep import SweepPrograms, plan_sweep
 from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
-from jaxrl_engine.io.compile_cache import enable_compile_cache
+from jaxrl_engine.io.compile_cache import AUTO, configure_compile_cache
 from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
@@ -98,8 +98,7 @@ def build(
 ) -> Engine:
     """The `Engine` for a config; keyword arguments inject an env (any `Env`), an algorithm,
     a mesh, per-phase hooks, replacement phases or host hooks for the driver."""
-    if cfg.compile_cache_dir:
-        enable_compile_cache(cfg.compile_cache_dir)
+    configure_compile_cache(cfg.compile_cache_dir)
     env = env if env is not None else make_configured_env(cfg)
     host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
     if host and hasattr(env, "eval_set"):  # its evaluation env set (`eval.env_id`)
@@ -210,13 +209,14 @@ def config_from_run(
     A run directory is data, never code: nothing it names is imported or loaded on its word.
     A torch factory outside this package is used only when the user names the same one in
     `overrides` (`how` says where: a CLI flag or an override), else `ConfigError`; a stored
-    `compile_cache_dir` (compiled executables are code) is dropped unless given again.
+    `compile_cache_dir` folder (compiled executables are code) is dropped unless given again
+    (`auto`, the user's own cache folder, is kept).
     """
     overrides = list(overrides)
     given = [item.split("=", 1)[0] for item in overrides]
     raw = copy.deepcopy(stored)
     cache = raw.get("compile_cache_dir")
-    if cache and "compile_cache_dir" not in given:
+    if cache and cache != AUTO and "compile_cache_dir" not in given:
         raw["compile_cache_dir"] = None
         print(
             f"jaxrl-engine: not using the compile cache {cache!r} that {source} names (compiled "

@@ -357,7 +357,9 @@ class Config(Strict):
     )
     nan_guard: bool = Field(True, description="stop at the first non-finite metric/param/obs")
     compile_cache_dir: str | None = Field(
-        None, description="persistent XLA compilation cache folder (off when null)"
+        "auto",
+        description="persistent XLA compilation cache folder: auto (JAX's own if set, else "
+        "~/.cache/jaxrl_engine/xla/<cpu>), a path, or null (off)",
     )
     progress: bool = Field(True, description="rich progress bar in the driver")
     loggers: list[LoggerName] = Field(
@@ -399,9 +401,9 @@ class Config(Strict):
 
     @field_validator("run_dir", "compile_cache_dir")
     @classmethod
-    def _a_directory(cls, value: str | None) -> str | None:
+    def _a_directory(cls, value: str | None, info: ValidationInfo) -> str | None:
         """A folder path: no NUL, and neither it nor a parent is an existing non-directory."""
-        if value is None:
+        if value is None or (value == "auto" and info.field_name == "compile_cache_dir"):
             return value
         if "\0" in value:
             raise ValueError("a path cannot hold a NUL byte")
@@ -591,14 +593,14 @@ class _Loader(yaml.SafeLoader):
     as YAML 1.2 does; PyYAML's YAML 1.1 rules read them as strings."""
 
 
-_Loader.yaml_implicit_resolvers = {
-    k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML that quotes the strings `_Loader` would read as floats (a run named `0E0`)."""
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+for _cls, _base in ((_Loader, yaml.SafeLoader), (_Dumper, yaml.SafeDumper)):
+    _cls.yaml_implicit_resolvers = {k: list(v) for k, v in _base.yaml_implicit_resolvers.items()}
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
 
 
 def _load_yaml(text: str, what: str) -> Any:
@@ -809,4 +811,4 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def dump_config(cfg: Config) -> str:
     """The resolved config as YAML (what a run directory keeps)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    return yaml.dump(cfg.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False)

@@ -143,6 +143,14 @@ def test_any_valid_config_round_trips_through_the_run_directory(
     assert jre.load_config(path / "config.yaml") == cfg
 
 
+@pytest.mark.parametrize("name", ["0E0", "1e-3", "+2E5", "1.5e3", "null", "true", "0x10", "7"])
+def test_a_name_that_reads_as_a_number_round_trips(tmp_path, name):
+    """The loader reads `1e-3` as a float (YAML 1.2); the writer quotes such strings."""
+    cfg = jre.Config(name=name, loggers=["jsonl"])
+    write_config_yaml(tmp_path, cfg)
+    assert jre.load_config(tmp_path / "config.yaml").name == name
+
+
 VALUES = [
     "null",
     "{a: 1}",

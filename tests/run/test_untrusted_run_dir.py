@@ -106,8 +106,8 @@ def test_the_factory_named_by_the_user_is_used(attacker_path, capsys):
 def test_a_stored_compile_cache_is_not_used_unless_given_again(tmp_path, capsys, monkeypatch):
     import jaxrl_engine.compose as compose
 
-    enabled: list[str] = []  # (the real one sets JAX's process-wide cache directory)
-    monkeypatch.setattr(compose, "enable_compile_cache", enabled.append)
+    enabled: list[str | None] = []  # (the real one sets JAX's process-wide cache directory)
+    monkeypatch.setattr(compose, "configure_compile_cache", enabled.append)
     cache = tmp_path / "cache_from_elsewhere"
     cfg = jre.load_config(
         None, [*SMALL, f"run_dir={tmp_path}", "name=c", f"compile_cache_dir={cache}"]
@@ -117,7 +117,23 @@ def test_a_stored_compile_cache_is_not_used_unless_given_again(tmp_path, capsys,
     capsys.readouterr()
     assert enabled == [str(cache)]
     engine, _ = jre.resume(tmp_path / "c")
-    assert engine.driver.cfg.compile_cache_dir is None and enabled == [str(cache)]
+    assert engine.driver.cfg.compile_cache_dir is None and enabled == [str(cache), None]
     assert f"not using the compile cache {str(cache)!r}" in capsys.readouterr().err
     engine, _ = jre.resume(tmp_path / "c", [f"compile_cache_dir={cache}"])
-    assert engine.driver.cfg.compile_cache_dir == str(cache) and enabled == [str(cache)] * 2
+    assert engine.driver.cfg.compile_cache_dir == str(cache)
+    assert enabled == [str(cache), None, str(cache)]
+
+
+def test_a_stored_auto_compile_cache_is_kept(tmp_path, capsys, monkeypatch):
+    """`auto` names no folder of the run directory's choosing (the user's own cache folder)."""
+    import jaxrl_engine.compose as compose
+
+    enabled: list[str | None] = []
+    monkeypatch.setattr(compose, "configure_compile_cache", enabled.append)
+    cfg = jre.load_config(None, [*SMALL, f"run_dir={tmp_path}", "name=c"])
+    assert cfg.compile_cache_dir == "auto"  # the default
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)
+    engine, _ = jre.resume(tmp_path / "c")
+    assert engine.driver.cfg.compile_cache_dir == "auto" and enabled == ["auto", "auto"]
+    assert "not using the compile cache" not in capsys.readouterr().err
