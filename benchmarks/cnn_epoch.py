@@ -44,6 +44,7 @@ def main() -> int:
                 f"algo.cnn.impl={impl}",
                 "total_env_steps=1000000",
                 "progress=false",
+                "compile_cache_dir=null",  # compiles measured cold
             ],
         )
         engine = jre.build(cfg)

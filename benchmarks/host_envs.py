@@ -51,6 +51,7 @@ PPO = [
     "algo.lr=5e-4",
     "algo.hidden_sizes=[64,64]",
     "progress=false",
+    "compile_cache_dir=null",  # compiles measured cold
     "loggers=[jsonl]",
     "save_interval=0",
 ]

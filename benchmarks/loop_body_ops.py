@@ -65,7 +65,10 @@ def loop_bodies(hlo: str) -> list[tuple[int, int]]:
 
 def main() -> int:
     steps = EPOCHS * 16 * 128
-    cfg = jre.load_config(CONFIG, [f"total_env_steps={steps}", "nan_guard=false", "progress=false"])
+    cfg = jre.load_config(
+        CONFIG,
+        [f"total_env_steps={steps}", "nan_guard=false", "progress=false", "compile_cache_dir=null"],
+    )
     engine = jre.build(cfg)
     state = engine.init(jax.random.key(0))
 

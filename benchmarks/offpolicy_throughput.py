@@ -49,7 +49,9 @@ def median_seconds(fn: Any, repeats: int) -> float:
 
 
 def bench(name: str, repeats: int) -> dict[str, float]:
-    cfg = jre.load_config(ROOT / CONFIGS[name], ["progress=false", "nan_guard=false"])
+    cfg = jre.load_config(
+        ROOT / CONFIGS[name], ["progress=false", "nan_guard=false", "compile_cache_dir=null"]
+    )
     engine = jre.build(cfg)
     algo = engine.algo
     G = algo.grad_steps_per_epoch

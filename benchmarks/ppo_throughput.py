@@ -47,6 +47,7 @@ import optax
 
 import jaxrl_engine as jre
 import jaxrl_engine.algos.ppo as ppo_module
+import jaxrl_engine.core.phases as phases_module
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
 THRESHOLD = 1.25
@@ -58,6 +59,9 @@ LEVERS = {
     ),
     "engine-a, critic values per rollout step": lambda: unittest.mock.patch.object(
         ppo_module, "VALUES_AFTER_ROLLOUT", False
+    ),
+    "engine-a, rollout keys split inside the loop": lambda: unittest.mock.patch.object(
+        phases_module, "KEYS_BEFORE_LOOP", False
     ),
 }
 NO_GUARD = "engine-a, nan_guard=false"
@@ -246,7 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     # Sizes after --override (env.num_envs=2048, say), so that each run is --epochs epochs.
     base = jre.load_config(CONFIG, overrides=args.override)
     steps_per_epoch = base.env.num_envs * base.algo.num_steps
-    overrides = [f"total_env_steps={args.epochs * steps_per_epoch}", "progress=false"]
+    # compile_cache_dir=null: every compile measured cold (the default `auto` would load what an
+    # earlier run of this script compiled; nothing then sets a cache for the fused loop either).
+    overrides = [
+        f"total_env_steps={args.epochs * steps_per_epoch}",
+        "progress=false",
+        "compile_cache_dir=null",
+    ]
     cfg = jre.load_config(CONFIG, overrides=[*overrides, *args.override])
     # make_train evaluates every eval.interval epochs: once, at the end, for engine-b.
     cfg_b = jre.load_config(

@@ -114,9 +114,8 @@ def run_config(
     out = work / path.stem
     if sweepable(cfg) and len(seeds) > 1:
         seed_range = f"seeds={seeds[0]}..{seeds[-1]}"
-        summary, wall = cli(
-            ["sweep", str(path), f"run_dir={out}", "progress=false", *overrides, seed_range], work
-        )
+        sweep = ["sweep", str(path), f"run_dir={out}", "progress=false", "compile_cache_dir=null"]
+        summary, wall = cli([*sweep, *overrides, seed_range], work)
         with open(summary["csv"], newline="") as f:
             rows = list(csv.DictReader(f))
         returns = [float(r["final_eval_return"]) for r in rows]
@@ -127,9 +126,8 @@ def run_config(
         returns, walls, runs = [], [], []
         for seed in seeds:  # one run directory per seed: each run is kept for `eval`
             run_dir = f"run_dir={out / f'seed{seed}'}"
-            summary, wall = cli(
-                ["train", str(path), run_dir, "progress=false", *overrides, f"seed={seed}"], work
-            )
+            train = ["train", str(path), run_dir, "progress=false", "compile_cache_dir=null"]
+            summary, wall = cli([*train, *overrides, f"seed={seed}"], work)
             returns.append(float(summary["final_eval_return"]))
             runs.append(Path(summary["run_dir"]))
             walls.append(wall)

@@ -53,6 +53,7 @@ def _config(epochs: int, extra: list[str]) -> Any:
             f"eval.interval={epochs}",  # one evaluation, at the end
             "progress=false",
             "run_dir=/tmp/jaxrl_scaling",
+            "compile_cache_dir=null",  # compiles measured cold
             *extra,
         ],
     )

@@ -51,7 +51,7 @@ def run(config: str, seed: int) -> tuple[float, float]:
         start = time.perf_counter()
         proc = subprocess.run(
             [CLI, "train", str(ROOT / "configs" / f"{config}.yaml"), f"seed={seed}",
-             f"run_dir={tmp}", "progress=false"],
+             f"run_dir={tmp}", "progress=false", "compile_cache_dir=null"],
             capture_output=True, text=True, cwd=tmp, timeout=1800,
         )  # fmt: skip
         wall = time.perf_counter() - start

@@ -21,6 +21,10 @@ from jaxrl_engine.core.state import EngineState, EnvCarry, EpisodeStats, Phase
 PHASES = ("rollout", "evaluate", "update_dataset", "train", "sync_weights")
 EPOCH_PHASES = ("rollout", "update_dataset", "train", "sync_weights")
 EVAL_STREAM = 0x0E7A1  # fold_in constant: evaluation never advances the training key
+# The rollout's per-step keys (acting, env) are drawn before its loop, in batched PRNG calls
+# (`env_keys`), not split inside the loop body (same keys; `benchmarks/ppo_throughput.py`
+# switches it off in an ablation row).
+KEYS_BEFORE_LOOP = True
 
 
 def episode_stats(
@@ -76,11 +80,22 @@ def reset_batch(env: Env, key: jax.Array, params: Any, n: int) -> tuple[jax.Arra
     return jax.vmap(env.reset, (0, None))(jax.random.split(key, n), params)
 
 
-def step_batch(env: Env, key: jax.Array, state: Any, action: jax.Array, params: Any, n: int):
-    """`n` envs stepped (see `reset_batch`): the gymnax 6-tuple with a leading env axis."""
+def env_keys(env: Env, keys: jax.Array, n: int) -> jax.Array:
+    """The keys `step_batch` takes for each of `keys` (one per loop step): `[steps, n]`, one per
+    env, or `keys` themselves for a `batched` env. Drawn before a loop, in one batched PRNG call
+    (on CPU a PRNG call in a loop body is a small loop of its own, run at every step); the same
+    keys as splitting each step's key inside the loop."""
     if getattr(env, "batched", False):
-        return env.step(key, state, action, params)
-    return jax.vmap(env.step, (0, 0, 0, None))(jax.random.split(key, n), state, action, params)
+        return keys
+    return jax.vmap(lambda k: jax.random.split(k, n))(keys)
+
+
+def step_batch(env: Env, keys: jax.Array, state: Any, action: jax.Array, params: Any):
+    """The batch of envs stepped with `keys` (`env_keys`: one per env, or one key for a
+    `batched` env, see `reset_batch`): the gymnax 6-tuple with a leading env axis."""
+    if getattr(env, "batched", False):
+        return env.step(keys, state, action, params)
+    return jax.vmap(env.step, (0, 0, 0, None))(keys, state, action, params)
 
 
 def evaluate_episodes(
@@ -110,10 +125,11 @@ def evaluate_episodes(
     k_reset, k_steps = jax.random.split(key)
     obs, env_state = reset_batch(env, k_reset, env_params, num_episodes)
 
-    def step(carry, key):
+    def step(carry, keys):
+        key, keys_env = keys
         env_state, obs, ret, length, active = carry
         obs, env_state, reward, terminated, truncated, _ = step_batch(
-            env, key, env_state, policy(obs, key), env_params, num_episodes
+            env, keys_env, env_state, policy(obs, key), env_params
         )
         ret = ret + jnp.where(active, reward, 0.0)
         length = length + active
@@ -122,7 +138,8 @@ def evaluate_episodes(
 
     n = num_episodes
     init = (env_state, obs, jnp.zeros((n,)), jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool))
-    (_, _, ret, length, _), _ = jax.lax.scan(step, init, jax.random.split(k_steps, max_steps))
+    keys = jax.random.split(k_steps, max_steps)
+    (_, _, ret, length, _), _ = jax.lax.scan(step, init, (keys, env_keys(env, keys, n)))
     return ret, length
 
 
@@ -158,9 +175,13 @@ class PhaseBuilder:
         """
         algo, spec, explore = self.algorithm, self.spec, self.algorithm.explore
 
-        def step(carry, key: jax.Array):
+        def step(carry, keys: Any):
+            if KEYS_BEFORE_LOOP:
+                k_act, keys_env = keys
+            else:
+                k_act, k_env = jax.random.split(keys)
+                keys_env = env_keys(self.env, k_env[None], self.num_envs)[0]
             env_state, last_obs, *acting = carry
-            k_act, k_env = jax.random.split(key)
             if explore is None:
                 action, extras = algo.act(params, last_obs, k_act, False)
             else:
@@ -169,7 +190,7 @@ class PhaseBuilder:
                     params, explore_state, last_obs, first, k_act
                 )
             obs, env_state, reward, terminated, truncated, info = step_batch(
-                self.env, k_env, env_state, spec.action.clip(action), self.env_params, self.num_envs
+                self.env, keys_env, env_state, spec.action.clip(action), self.env_params
             )
             transition = Transition(
                 obs=last_obs,
@@ -184,7 +205,10 @@ class PhaseBuilder:
                 return (env_state, obs), transition
             return (env_state, obs, explore_state, terminated | truncated), transition
 
-        keys = jax.random.split(key, self.num_steps)
+        keys: Any = jax.random.split(key, self.num_steps)
+        if KEYS_BEFORE_LOOP:  # each step's (act, env) keys, drawn before the loop
+            pairs = jax.vmap(jax.random.split)(keys)
+            keys = (pairs[:, 0], env_keys(self.env, pairs[:, 1], self.num_envs))
         init = (
             (env.state, env.obs) if explore is None else (env.state, env.obs, env.explore, env.done)
         )

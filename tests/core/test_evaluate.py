@@ -60,3 +60,51 @@ def test_stochastic_evaluation_samples_and_the_summary_says_which(tmp_path):
 def test_eval_episodes_must_be_positive():
     with pytest.raises(jre.ConfigError, match=r"eval\.episodes"):
         jre.load_config(None, ["eval.episodes=0"])
+
+
+def test_env_keys_drawn_before_the_loop_are_the_keys_split_inside_it():
+    """`env_keys` (one batched PRNG call before a loop) gives each step's envs the keys that
+    `jax.random.split(step_key, n)` inside the loop gave them, so evaluation and rollouts are
+    bitwise what they were when each step split its own key."""
+    from jaxrl_engine.core.phases import env_keys
+
+    env = make_env("CartPole-v1", None)
+    keys = jax.random.split(jax.random.key(5), 7)
+    drawn = env_keys(env, keys, 4)
+    assert drawn.shape == (7, 4)
+    for t in range(7):
+        expected = jax.random.key_data(jax.random.split(keys[t], 4))
+        np.testing.assert_array_equal(jax.random.key_data(drawn[t]), expected)
+
+    class Batched:  # a host env steps its whole batch with one key
+        batched = True
+
+    assert env_keys(Batched(), keys, 4) is keys
+
+
+def test_evaluation_returns_equal_a_loop_that_splits_each_steps_key_inside():
+    env = make_env("CartPole-v1", None)
+
+    def policy(obs, key):
+        return jax.random.randint(key, (obs.shape[0],), 0, 2)
+
+    def reference(key, n=8):  # each step splits its own key for the envs inside the loop
+        k_reset, k_steps = jax.random.split(key)
+        obs, state = jax.vmap(env.reset, (0, None))(jax.random.split(k_reset, n), env.params)
+
+        def step(carry, k):
+            state, obs, ret, active = carry
+            step_env = jax.vmap(env.step, (0, 0, 0, None))
+            obs, state, r, term, trunc, _ = step_env(
+                jax.random.split(k, n), state, policy(obs, k), env.params
+            )
+            ret = ret + jnp.where(active, r, 0.0)
+            return (state, obs, ret, active & ~(term | trunc)), None
+
+        init = (state, obs, jnp.zeros((n,)), jnp.ones((n,), bool))
+        steps = env.spec(env.params).max_episode_steps
+        return jax.lax.scan(step, init, jax.random.split(k_steps, steps))[0][2]
+
+    key = jax.random.key(11)
+    ret, _ = jax.jit(lambda k: evaluate_episodes(env, env.params, policy, 8, k))(key)
+    np.testing.assert_array_equal(np.asarray(ret), np.asarray(jax.jit(reference)(key)))
