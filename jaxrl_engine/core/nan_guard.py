@@ -62,7 +62,9 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
             return jnp.int32(-1)
         bad = ~jnp.isfinite(jnp.concatenate(parts))  # promotes to the widest float type
         first = jnp.argmax(bad)  # the first bad element; its value is the first ending after it
-        index = jnp.searchsorted(jnp.asarray(ends), first, side="right")
+        # (= searchsorted(ends, first, side="right"): one compare and sum over the few ends,
+        # where searchsorted compiles a loop)
+        index = jnp.sum(np.asarray(ends) <= first, dtype=jnp.int32)
         return jnp.where(bad.any(), index, -1).astype(jnp.int32)
 
     def transform(phase: Phase) -> Phase:
