@@ -359,7 +359,7 @@ class Config(Strict):
     compile_cache_dir: str | None = Field(
         "auto",
         description="persistent XLA compilation cache folder: auto (JAX's own if set, else "
-        "~/.cache/jaxrl_engine/xla/<cpu>), a path, or null (off)",
+        "~/.cache/jaxrl_engine/xla/<cpu>), a path, or null (the engine sets none)",
     )
     progress: bool = Field(True, description="rich progress bar in the driver")
     loggers: list[LoggerName] = Field(
