@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     base = jre.load_config(CONFIG, overrides=args.override)
     steps_per_epoch = base.env.num_envs * base.algo.num_steps
     # compile_cache_dir=null: every compile measured cold (the default `auto` would load what an
-    # earlier run of this script compiled; nothing then sets a cache for the fused loop either).
+    # earlier run of this script compiled; nothing then sets a cache for the fused loop either),
+    # unless JAX_COMPILATION_CACHE_DIR is set in the environment: JAX's own cache still applies.
     overrides = [
         f"total_env_steps={args.epochs * steps_per_epoch}",
         "progress=false",

@@ -209,15 +209,15 @@ def config_from_run(
     A run directory is data, never code: nothing it names is imported or loaded on its word.
     A torch factory outside this package is used only when the user names the same one in
     `overrides` (`how` says where: a CLI flag or an override), else `ConfigError`; a stored
-    `compile_cache_dir` folder (compiled executables are code) is dropped unless given again
-    (`auto`, the user's own cache folder, is kept).
+    `compile_cache_dir` folder (compiled executables are code) is replaced by `auto` (the
+    user's own cache folder) unless given again.
     """
     overrides = list(overrides)
     given = [item.split("=", 1)[0] for item in overrides]
     raw = copy.deepcopy(stored)
     cache = raw.get("compile_cache_dir")
     if cache and cache != AUTO and "compile_cache_dir" not in given:
-        raw["compile_cache_dir"] = None
+        raw["compile_cache_dir"] = AUTO
         print(
             f"jaxrl-engine: not using the compile cache {cache!r} that {source} names (compiled "
             f"code is not taken from a run directory); pass compile_cache_dir={cache} to use it",

@@ -22,8 +22,9 @@ from jaxrl_engine.io.config import load_config
 from jaxrl_engine.io.files import check_no_symlinks
 from jaxrl_engine.run.run_dir import RunLock
 
-# `loggers` may name wandb, which acting does not need installed.
-QUIET = ["loggers=[jsonl]", "progress=false"]
+# `loggers` may name wandb, which acting does not need installed; loading a policy (in someone
+# else's process, say) does not switch on JAX's process-wide compile cache.
+QUIET = ["loggers=[jsonl]", "progress=false", "compile_cache_dir=null"]
 FACTORY_HINT = "make_policy(..., factory={factory!r}) (CLI: --factory {factory})"
 
 

@@ -160,6 +160,7 @@ def test_a_directory_key_naming_a_file_is_refused(key, capsys, tmp_path):
     refused(capsys, tmp_path, [f"{key}={file}"], f"'{key}'", "is a file, not a directory")
     refused(capsys, tmp_path, [f"{key}={file}/sub"], f"'{key}'", f"inside {str(file)!r}")
     refused(capsys, tmp_path, [f'{key}="a\\0b"'], f"'{key}'", "NUL")
+    refused(capsys, tmp_path, [f"{key}=''"], f"'{key}'", "must name a folder")
     assert file.read_text() == ""
 
 

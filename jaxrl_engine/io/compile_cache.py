@@ -50,9 +50,12 @@ def configure_compile_cache(setting: str | None) -> Path | None:
     """Apply a config's `compile_cache_dir`; returns the folder in use (None: no cache).
 
     null: nothing changes. auto: JAX's own cache folder when one is set (the
-    `JAX_COMPILATION_CACHE_DIR` variable or `jax.config`), else `default_cache_dir()`; when
-    that cannot be made (a read-only home), the run goes on without a cache and says so. A
-    path: that folder, whatever JAX had (`enable_compile_cache`).
+    `JAX_COMPILATION_CACHE_DIR` variable or `jax.config`, with JAX's own thresholds), else
+    `default_cache_dir()`; when that cannot be made (a read-only home), the run goes on without
+    a cache and says so. In a multi-process run `auto` sets no cache: JAX writes entries from
+    process 0 only, so per-node folders would leave the processes compiling differently; a
+    shared folder is given as a path. A path: that folder, whatever JAX had
+    (`enable_compile_cache`).
     """
     if setting is None:
         return None
@@ -64,17 +67,26 @@ def configure_compile_cache(setting: str | None) -> Path | None:
     current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
     if current:
         return Path(current)
-    directory = default_cache_dir()
+    if jax.process_count() > 1:
+        print(
+            "jaxrl-engine: no compile cache in a multi-process run unless compile_cache_dir names "
+            "a folder all processes share",
+            file=sys.stderr,
+        )
+        return None
     try:
+        directory = default_cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # (RuntimeError: no home folder to be found)
         print(
             f"jaxrl-engine: no compile cache ({e}); set compile_cache_dir to a writable folder "
             "or to null",
             file=sys.stderr,
         )
         return None
-    enable_compile_cache(directory, min_compile_s=AUTO_MIN_COMPILE_S)
+    # (a minimum compile time the user set, i.e. not JAX's default of 1 s, is kept)
+    keep = jax.config.jax_persistent_cache_min_compile_time_secs != 1.0  # type: ignore[attr-defined]
+    enable_compile_cache(directory, min_compile_s=None if keep else AUTO_MIN_COMPILE_S)
     if jax.config.jax_compilation_cache_max_size == -1:  # type: ignore[attr-defined]
         try:
             import filelock  # noqa: F401  (JAX's size bound needs it)
@@ -85,12 +97,12 @@ def configure_compile_cache(setting: str | None) -> Path | None:
     return directory
 
 
-def enable_compile_cache(directory: str | Path, min_compile_s: float = 0.0) -> None:
+def enable_compile_cache(directory: str | Path, min_compile_s: float | None = 0.0) -> None:
     """Cache every compiled executable of at least `min_compile_s` under `directory`.
 
     JAX only caches compiles over 1 s by default; the engine's phases compile in 0.1-3 s, so the
     threshold is lowered (to 0 by default: a second run then skips almost all of warm_up's
-    compile time). JAX decides at the process's first compile whether and where it caches and
+    compile time; None keeps JAX's current threshold). JAX decides at the process's first compile whether and where it caches and
     keeps that; unless `directory` is already the one in use, the cache is reset so that the
     next compile opens `directory` (also after compiles without a cache).
     """
@@ -101,5 +113,6 @@ def enable_compile_cache(directory: str | Path, min_compile_s: float = 0.0) -> N
     if jax.config.jax_compilation_cache_dir != str(directory):  # type: ignore[attr-defined]
         compilation_cache.reset_cache()
     jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_s)
+    if min_compile_s is not None:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_s)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

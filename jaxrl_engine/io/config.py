@@ -405,6 +405,8 @@ class Config(Strict):
         """A folder path: no NUL, and neither it nor a parent is an existing non-directory."""
         if value is None or (value == "auto" and info.field_name == "compile_cache_dir"):
             return value
+        if not value:
+            raise ValueError("must name a folder (an empty string names none; null for no value)")
         if "\0" in value:
             raise ValueError("a path cannot hold a NUL byte")
         try:

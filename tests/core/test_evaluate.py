@@ -82,7 +82,40 @@ def test_env_keys_drawn_before_the_loop_are_the_keys_split_inside_it():
     assert env_keys(Batched(), keys, 4) is keys
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["algo.name=td3", "env.id=Pendulum-v1", "algo.noise=ou", "algo.learning_starts=0"]],
+    ids=["ppo_cartpole", "td3_ou_pendulum"],
+)
+def test_rollout_keys_before_the_loop_give_the_same_trajectory(overrides, monkeypatch):
+    """`KEYS_BEFORE_LOOP` (the default) against splitting each step's key inside the rollout's
+    loop: the same states, observations (auto-resets included: they use the env keys),
+    actions and explore states, bitwise, over rollouts long enough for episodes to end."""
+    import jaxrl_engine.core.phases as phases
+
+    base = ["progress=false", "env.num_envs=4", "eval.num_envs=4", "algo.num_steps=64"]
+    cfg = jre.load_config(None, [*base, "total_env_steps=1024", *overrides])
+    leaves = {}
+    for before in (True, False):
+        monkeypatch.setattr(phases, "KEYS_BEFORE_LOOP", before)
+        engine = jre.build(cfg)
+        state = engine.init(jax.random.key(7))
+        for _ in range(4):
+            state, _ = jax.jit(engine.rollout)(state)
+        leaves[before] = [
+            np.asarray(
+                jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+            )
+            for x in jax.tree.leaves((state.env, state.buffer, state.stats, state.rng))
+        ]
+    assert len(leaves[True]) == len(leaves[False])
+    for a, b in zip(leaves[True], leaves[False], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_evaluation_returns_equal_a_loop_that_splits_each_steps_key_inside():
+    """The policy's keys (CartPole's step uses its env keys only to reset after an episode
+    ends, which the evaluation's mask hides; the rollout test above covers the env keys)."""
     env = make_env("CartPole-v1", None)
 
     def policy(obs, key):

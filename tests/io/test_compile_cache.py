@@ -113,3 +113,22 @@ def test_the_default_folder_follows_xdg_and_names_the_cpu(monkeypatch, tmp_path)
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_cache_dir().parent == Path.home() / ".cache" / "jaxrl_engine" / "xla"
     assert host_tag().startswith(platform.machine()) and len(host_tag().rsplit("-", 1)[1]) == 12
+
+
+def test_auto_sets_no_cache_in_a_multi_process_run(monkeypatch, tmp_path, capsys):
+    """JAX writes cache entries from process 0 only: per-node folders would leave the processes
+    compiling differently, so `auto` asks for a shared folder instead."""
+    import jax
+
+    from jaxrl_engine.io.compile_cache import configure_compile_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)  # (no JAX folder of its own)
+    try:
+        assert configure_compile_cache("auto") is None
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+    assert "multi-process run" in capsys.readouterr().err and not any(tmp_path.iterdir())

@@ -116,12 +116,12 @@ def test_a_stored_compile_cache_is_not_used_unless_given_again(tmp_path, capsys,
     engine.run(engine.init(jax.random.key(0)), num_epochs=2)
     capsys.readouterr()
     assert enabled == [str(cache)]
-    engine, _ = jre.resume(tmp_path / "c")
-    assert engine.driver.cfg.compile_cache_dir is None and enabled == [str(cache), None]
+    engine, _ = jre.resume(tmp_path / "c")  # the stored folder: the user's own cache instead
+    assert engine.driver.cfg.compile_cache_dir == "auto" and enabled == [str(cache), "auto"]
     assert f"not using the compile cache {str(cache)!r}" in capsys.readouterr().err
     engine, _ = jre.resume(tmp_path / "c", [f"compile_cache_dir={cache}"])
     assert engine.driver.cfg.compile_cache_dir == str(cache)
-    assert enabled == [str(cache), None, str(cache)]
+    assert enabled == [str(cache), "auto", str(cache)]
 
 
 def test_a_stored_auto_compile_cache_is_kept(tmp_path, capsys, monkeypatch):
