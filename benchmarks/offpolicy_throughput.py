@@ -80,8 +80,8 @@ def bench(name: str, repeats: int) -> dict[str, float]:
     assert one.grad_steps_per_epoch == 1
     step = jax.jit(one.train, donate_argnums=0)
     slices = [jax.tree.map(lambda x, i=i: x[i : i + 1], batch) for i in range(G)]
-    cost = step.lower(train_state, buffer, slices[0], jax.random.key(0), hp).compile()
-    out["flops_per_grad_step"] = float(cost.cost_analysis()["flops"])
+    compiled = step.lower(train_state, buffer, slices[0], jax.random.key(0), hp).compile()
+    out["flops_per_grad_step"] = float(compiled.cost_analysis()["flops"])
     keys = list(jax.random.split(jax.random.key(2), G))
     holder = {name: jax.tree.map(lambda x: x.copy(), train_state) for name in ("fused", "loop")}
 

@@ -220,7 +220,8 @@ def config_from_run(
         raw["compile_cache_dir"] = AUTO
         print(
             f"jaxrl-engine: not using the compile cache {cache!r} that {source} names (compiled "
-            f"code is not taken from a run directory); pass compile_cache_dir={cache} to use it",
+            f"code is not taken from a run directory; your own, {AUTO!r}, is used); pass "
+            f"compile_cache_dir={cache} to use it",
             file=sys.stderr,
         )
     cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)

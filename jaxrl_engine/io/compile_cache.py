@@ -1,8 +1,8 @@
 """JAX's persistent compilation cache, switched on by the `compile_cache_dir` config key.
 
 `compile_cache_dir: auto` (the default) keeps compiled programs in the user's cache folder, so
-that a second run of a config (another seed, run directory or hyperparameter value: they are
-traced, not compiled in) loads its programs instead of compiling them: the default run's
+that a second run of a config (another seed, run directory or value of a traced hyperparameter
+such as `algo.lr`; not another size) loads its programs instead of compiling them: the default run's
 compile goes from ~4.5 s to ~1 s on a 2-core CPU (benchmarks/RESULTS.md, issue 15). A path
 names the folder; null leaves JAX's own setting alone.
 """
@@ -15,7 +15,11 @@ import platform
 import sys
 from pathlib import Path
 
-AUTO = "auto"
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+
+from jaxrl_engine.io.config import AUTO_COMPILE_CACHE as AUTO
+
 # What `auto` caches: compiles of at least this long (the engine's programs take 0.2-3 s; the
 # many tiny jits of a user's own code in the same process are not worth a file each).
 AUTO_MIN_COMPILE_S = 0.1
@@ -62,8 +66,6 @@ def configure_compile_cache(setting: str | None) -> Path | None:
     if setting != AUTO:
         enable_compile_cache(setting)
         return Path(setting)
-    import jax
-
     current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
     if current:
         return Path(current)
@@ -88,12 +90,8 @@ def configure_compile_cache(setting: str | None) -> Path | None:
     keep = jax.config.jax_persistent_cache_min_compile_time_secs != 1.0  # type: ignore[attr-defined]
     enable_compile_cache(directory, min_compile_s=None if keep else AUTO_MIN_COMPILE_S)
     if jax.config.jax_compilation_cache_max_size == -1:  # type: ignore[attr-defined]
-        try:
-            import filelock  # noqa: F401  (JAX's size bound needs it)
-        except ImportError:
-            pass
-        else:
-            jax.config.update("jax_compilation_cache_max_size", AUTO_MAX_BYTES)
+        # (JAX's size bound locks the folder with `filelock`, a dependency of this package)
+        jax.config.update("jax_compilation_cache_max_size", AUTO_MAX_BYTES)
     return directory
 
 
@@ -102,13 +100,11 @@ def enable_compile_cache(directory: str | Path, min_compile_s: float | None = 0.
 
     JAX only caches compiles over 1 s by default; the engine's phases compile in 0.1-3 s, so the
     threshold is lowered (to 0 by default: a second run then skips almost all of warm_up's
-    compile time; None keeps JAX's current threshold). JAX decides at the process's first compile whether and where it caches and
-    keeps that; unless `directory` is already the one in use, the cache is reset so that the
-    next compile opens `directory` (also after compiles without a cache).
+    compile time; None keeps JAX's current threshold). JAX decides at the process's first
+    compile whether and where it caches and keeps that; unless `directory` is already the one
+    in use, the cache is reset so that the next compile opens `directory` (also after compiles
+    without a cache).
     """
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
     Path(directory).mkdir(parents=True, exist_ok=True)
     if jax.config.jax_compilation_cache_dir != str(directory):  # type: ignore[attr-defined]
         compilation_cache.reset_cache()

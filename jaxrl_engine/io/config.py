@@ -42,6 +42,9 @@ from pydantic import (
 from jaxrl_engine.algos.configs import ALGORITHMS, PPOConfig
 from jaxrl_engine.io.schema import INT32_MAX, Strict, run_epochs
 
+# `compile_cache_dir`'s default: the user's own cache folder (jaxrl_engine/io/compile_cache.py).
+AUTO_COMPILE_CACHE = "auto"
+
 MAX_CONFIG_BYTES = 2**20  # a config file or an override value
 MAX_YAML_NODES = 100_000  # values in a YAML document with every alias expanded
 MAX_INPUT_CHARS = 200  # of each offending value quoted in a message
@@ -357,7 +360,7 @@ class Config(Strict):
     )
     nan_guard: bool = Field(True, description="stop at the first non-finite metric/param/obs")
     compile_cache_dir: str | None = Field(
-        "auto",
+        AUTO_COMPILE_CACHE,
         description="persistent XLA compilation cache folder: auto (JAX's own if set, else "
         "~/.cache/jaxrl_engine/xla/<cpu>), a path, or null (the engine sets none)",
     )
@@ -403,7 +406,9 @@ class Config(Strict):
     @classmethod
     def _a_directory(cls, value: str | None, info: ValidationInfo) -> str | None:
         """A folder path: no NUL, and neither it nor a parent is an existing non-directory."""
-        if value is None or (value == "auto" and info.field_name == "compile_cache_dir"):
+        if value is None or (
+            value == AUTO_COMPILE_CACHE and info.field_name == "compile_cache_dir"
+        ):
             return value
         if not value:
             raise ValueError("must name a folder (an empty string names none; null for no value)")
