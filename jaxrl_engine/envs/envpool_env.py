@@ -2,7 +2,7 @@
 
 `EnvPoolEnv` is `GymnasiumEnv`'s design with an EnvPool pool in place of a gymnasium vector
 env: an engine `Env` with `batched = True` whose `reset` and `step` (inherited: one ordered
-`io_callback` per step for the whole env batch) call `envpool.make(id, env_type="gymnasium",
+host callback per step for the whole env batch) call `envpool.make(id, env_type="gymnasium",
 num_envs=n, seed=...)`. The pool steps all its envs in C++ threads in one call, so the host
 loop is not Python per env. Same train/eval env sets (`HostEnvParams`; `env.params` and
 `eval.env_params` are `envpool.make` kwargs, e.g. `num_threads`, `max_episode_steps`,

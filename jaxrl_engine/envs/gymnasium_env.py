@@ -2,7 +2,7 @@
 
 A gymnasium env steps on the host, in Python/C, so it cannot be traced. `GymnasiumEnv` is an
 engine `Env` with `batched = True`: its `reset` and `step` take the whole env batch and call a
-gymnasium vector env through one ordered `jax.experimental.io_callback` per step, so the
+gymnasium vector env through one ordered host callback per step (`host_callback.py`), so the
 engine's jitted phases, fused epochs, hooks, nan_guard, checkpoints, evaluation and driver run
 unchanged around it (the acting network runs in XLA, the env on the host; one device).
 
@@ -30,9 +30,9 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
 from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
+from jaxrl_engine.envs.host_callback import ordered_host_call
 
 Vectorization = Literal["sync", "async"]
 DEFAULT_MAX_STEPS = 1000  # evaluation horizon of an env without a registered step limit
@@ -287,11 +287,10 @@ class GymnasiumEnv:
 
     def reset(self, key: jax.Array, params: HostEnvParams) -> tuple[jax.Array, jax.Array]:
         n = self.sizes[params.role]
-        obs, state = io_callback(
+        obs, state = ordered_host_call(
             lambda k: self._guarded(self._host_reset, params, k),
             self._shapes(n),
             jax.random.key_data(key),
-            ordered=True,
         )
         return obs, state
 
@@ -301,11 +300,10 @@ class GymnasiumEnv:
         n = self.sizes[params.role]
         obs, counter = self._shapes(n)
         flags = jax.ShapeDtypeStruct((n,), np.bool_)
-        out = io_callback(
+        out = ordered_host_call(
             lambda a: self._guarded(self._host_step, params, a),
             (obs, counter, jax.ShapeDtypeStruct((n,), np.float32), flags, flags, obs),
             action,
-            ordered=True,
         )
         obs, state, reward, terminated, truncated, final = out
         return obs, state, reward, terminated, truncated, {"final_observation": final}
