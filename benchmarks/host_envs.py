@@ -2,8 +2,9 @@
 
 Rows, each PPO with configs/ppo_gym_cartpole.yaml's hyperparameters (16 envs x 128 steps, 4 x 4
 minibatches, 64x64 tanh), timed over `--epochs` epochs of `engine.run` (evaluation only at the
-end; compile excluded: the run's `train_s`), alternating rows `--repeats` times in this one
-process, median reported:
+end; compile excluded: the run's `train_s`) and over its epoch calls alone (without the final
+evaluation, logging and checkpoint: the work Stable-Baselines3's `learn()` times), alternating
+rows `--repeats` times in this one process, median reported:
 
   gymnasium CartPole-v1, overlap off / on
   envpool CartPole-v1, overlap off / on          (when envpool is installed)
@@ -90,7 +91,11 @@ gymnasium.register("SlowCartPole-v1", entry_point=SlowCartPole, max_episode_step
 
 
 def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float, float]:
-    """(env steps/s of training, compile seconds) of one `engine.run` of `epochs` epochs."""
+    """(env steps/s of the run, of its epochs alone) of one `engine.run` of `epochs` epochs.
+
+    The run's rate is its summary's (`train_s`: the epochs, the final evaluation, logging and
+    the final checkpoint); the epochs' rate counts only the driver's epoch calls (the engine
+    timer's "epoch": rollouts and learning, what Stable-Baselines3's `learn()` does)."""
     steps = epochs * 16 * 128
     cfg = jre.load_config(
         None,
@@ -105,7 +110,8 @@ def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float,
     engine = jre.build(cfg)
     _, summary = engine.run(engine.init(jax.random.key(0)))
     engine.env.close()
-    return summary["steps_per_second"], summary["compile_s"]
+    epochs_s = engine.timer.summary()["epoch"]["total_s"]
+    return summary["steps_per_second"], summary["env_steps"] / epochs_s
 
 
 def rollout_rate(overrides: list[str], calls: int = 10) -> float:
@@ -191,16 +197,22 @@ def main() -> None:
             "env.id=InvertedPendulum-v5",
         ]
     rows = {(name, overlap): [] for name in envs for overlap in (False, True)}
+    epoch_rows: dict[tuple[str, bool], list[float]] = {key: [] for key in rows}
     with tempfile.TemporaryDirectory() as run_dir:
         for repeat in range(args.repeats):
             for (name, overlap), rates in rows.items():
-                rate, _compile_s = engine_rate(
+                rate, epochs_rate = engine_rate(
                     [*envs[name], f"env.overlap={str(overlap).lower()}", f"name=r{repeat}"],
                     args.epochs,
                     run_dir,
                 )
                 rates.append(rate)
-                print(f"  {name}, overlap {overlap}: {rate:,.0f} steps/s", file=sys.stderr)
+                epoch_rows[name, overlap].append(epochs_rate)
+                print(
+                    f"  {name}, overlap {overlap}: {rate:,.0f} steps/s "
+                    f"({epochs_rate:,.0f} in its epochs)",
+                    file=sys.stderr,
+                )
     limits, switch_s, rollouts = {}, {}, {}
     for name, overrides in envs.items():
         rollouts[name] = rollout_rate(overrides)
@@ -223,6 +235,10 @@ def main() -> None:
             f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
             for (name, overlap), rates in rows.items()
         },
+        "epochs_only": {
+            f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
+            for (name, overlap), rates in epoch_rows.items()
+        },
         "random_policy_limit": limits,
         "offload_switch_s": switch_s,
         "rollout_only": rollouts,
@@ -231,22 +247,31 @@ def main() -> None:
         result["sb3_ppo_cartpole"] = statistics.median(
             sb3_rate(args.sb3_python, args.epochs * 16 * 128) for _ in range(args.repeats)
         )
-    print("| row | env steps/s | of the env's limit |")
-    print("|---|---|---|")
+    print("| row | env steps/s (run) | of the env's limit | epochs only | of the limit |")
+    print("|---|---|---|---|---|")
     for row, rate in result["rows"].items():
         limit = limits[row.rsplit(", overlap", 1)[0]]
-        print(f"| {row} | {rate:,.0f} | {rate / limit:.2f} |")
+        epochs_rate = result["epochs_only"][row]
+        print(
+            f"| {row} | {rate:,.0f} | {rate / limit:.2f} | {epochs_rate:,.0f} | "
+            f"{epochs_rate / limit:.2f} |"
+        )
     for name, limit in limits.items():
         rate = rollouts[name]
         print(
             f"| {name}: engine rollout phase only (acting, no learning) | {rate:,.0f} | "
-            f"{rate / limit:.2f} |"
+            f"{rate / limit:.2f} | | |"
         )
-        print(f"| {name}: random policy, no learning (the limit) | {limit:,.0f} | 1.00 |")
+        print(f"| {name}: random policy, no learning (the limit) | {limit:,.0f} | 1.00 | | |")
     if "sb3_ppo_cartpole" in result:
         sb3 = result["sb3_ppo_cartpole"]
-        ours = result["rows"]["gymnasium CartPole-v1, overlap on"]
-        print(f"| Stable-Baselines3 PPO, CartPole-v1 | {sb3:,.0f} | engine: {ours / sb3:.1f}x |")
+        for overlap in ("off", "on"):
+            row = f"gymnasium CartPole-v1, overlap {overlap}"
+            ours, epochs_rate = result["rows"][row], result["epochs_only"][row]
+            print(
+                f"| engine / Stable-Baselines3 PPO ({sb3:,.0f}), CartPole-v1, overlap "
+                f"{overlap} | {ours / sb3:.2f}x | | {epochs_rate / sb3:.2f}x | |"
+            )
     print("\n| env (16 envs per set) | offload: one env-set switch (close, make, reset) |")
     print("|---|---|")
     for name, seconds in switch_s.items():
