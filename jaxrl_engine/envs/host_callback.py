@@ -14,7 +14,8 @@ dtype), but the function gets XLA's numpy arrays (copies it owns, read-only) dir
 It uses three jax internals (`jax._src.callback`'s ordered IO effect and op-sharding rule, and
 `jax._src.core.ShapedArray`); where the installed jax lacks them, `FAST` is False and the call
 is `io_callback(..., ordered=True)`, with the same results (`tests/envs/test_host_callback.py`).
-Like an ordered io_callback it cannot be vmapped, differentiated or exported.
+Like an ordered io_callback it cannot be vmapped (a ValueError saying so), differentiated
+or exported.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ try:
     from jax._src import callback as _callback_impl
     from jax._src.core import ShapedArray
     from jax.extend.core import Primitive
-    from jax.interpreters import mlir
+    from jax.interpreters import batching, mlir
 
     _EFFECT = _callback_impl._OrderedIOEffect
     _op_sharding = _callback_impl._callback_op_sharding
@@ -81,8 +82,16 @@ if FAST:
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({_EFFECT: token})))
         return results
 
+    def _no_vmap(*args: Any, **params: Any) -> Any:
+        raise ValueError(
+            "a host env steps its whole env batch in one host call per step and cannot be "
+            "vmapped (sweeps and jax.vmap over training need a JAX env: env.suite gymnax or "
+            "brax)"
+        )
+
     host_call_p.def_effectful_abstract_eval(_abstract_eval)
     mlir.register_lowering(host_call_p, _lowering, cacheable=False)
+    batching.primitive_batchers[host_call_p] = _no_vmap
 
 
 def ordered_host_call(fn: Callable[..., Any], result_shape_dtypes: Any, *args: Any) -> Any:

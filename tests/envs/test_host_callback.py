@@ -96,6 +96,14 @@ def test_an_exception_in_the_function_reaches_the_caller():
         jax.block_until_ready(fn(jnp.float32(0.0)))
 
 
+def test_vmapping_a_host_call_is_refused_with_a_message():
+    fn = jax.vmap(
+        lambda x: ordered_host_call(lambda a: a, jax.ShapeDtypeStruct((), jnp.float32), x)
+    )
+    with pytest.raises(ValueError, match="cannot be vmapped"):
+        fn(jnp.zeros(3))
+
+
 def test_a_host_env_rollout_is_bitwise_the_same_on_the_fallback(monkeypatch):
     """PPO on gymnasium CartPole: two rollouts and a training epoch from the same key, with
     the fast path and with io_callback (the fallback a jax without its internals takes)."""
