@@ -12,14 +12,16 @@ the same op sharding), the same output checks (jax's wrapper checks each result'
 dtype), but the function gets XLA's numpy arrays (copies it owns, read-only) directly.
 
 It uses three jax internals (`jax._src.callback`'s ordered IO effect and op-sharding rule, and
-`jax._src.core.ShapedArray`); where the installed jax lacks them, `FAST` is False and the call
-is `io_callback(..., ordered=True)`, with the same results (`tests/envs/test_host_callback.py`).
+`jax._src.core.ShapedArray`); where the installed jax lacks them (`FAST` is False) or the
+primitive does not lower with them (checked once, with a warning), the call is
+`io_callback(..., ordered=True)`, with the same results (`tests/envs/test_host_callback.py`).
 Like an ordered io_callback it cannot be vmapped (a ValueError saying so), differentiated
 or exported.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -94,12 +96,40 @@ if FAST:
     batching.primitive_batchers[host_call_p] = _no_vmap
 
 
+_LOWERS: list[bool] = []  # whether the primitive lowers on this jax (checked on first use)
+
+
+def _fast_path() -> bool:
+    """FAST, and the primitive lowers: the internals it uses are there but their signatures
+    are not jax's promise, so the first call lowers a one-value program through it (a few ms,
+    once per process); a failure warns once and every call takes io_callback."""
+    if not FAST:
+        return False
+    if not _LOWERS:
+        struct = jax.ShapeDtypeStruct((), np.float32)
+        try:
+            jax.jit(lambda x: _bind(lambda a: (a,), (struct,), x)).lower(struct)
+            _LOWERS.append(True)
+        except Exception as e:  # any failure: the public path instead
+            warnings.warn(
+                f"jaxrl_engine: host envs step through jax.experimental.io_callback (slower): "
+                f"this jax's internals do not take the fast host call ({type(e).__name__}: {e})",
+                stacklevel=3,
+            )
+            _LOWERS.append(False)
+    return _LOWERS[0]
+
+
 def ordered_host_call(fn: Callable[..., Any], result_shape_dtypes: Any, *args: Any) -> Any:
     """`io_callback(fn, result_shape_dtypes, *args, ordered=True)`, with `fn` given numpy
     arrays. `result_shape_dtypes`: a pytree of `jax.ShapeDtypeStruct`; `fn` returns the
     matching pytree of arrays (a flat tuple for a tuple of structs)."""
-    if not FAST:
+    if not _fast_path():
         return io_callback(fn, result_shape_dtypes, *args, ordered=True)
+    return _bind(fn, result_shape_dtypes, *args)
+
+
+def _bind(fn: Callable[..., Any], result_shape_dtypes: Any, *args: Any) -> Any:
     structs, tree = jax.tree.flatten(result_shape_dtypes)
     flat_args, args_tree = jax.tree.flatten(args)
 

@@ -19,6 +19,26 @@ def test_the_installed_jax_takes_the_fast_path():
     # On a jax without the internals the module falls back to io_callback (correct, ~45 us a
     # call slower); this says so when an upgrade takes them away.
     assert host_callback.FAST
+    assert host_callback._fast_path()
+
+
+def test_a_jax_whose_internals_do_not_lower_gets_io_callback_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("emit_python_callback() got an unexpected keyword argument")
+
+    monkeypatch.setattr(host_callback, "_LOWERS", [])
+    monkeypatch.setattr(host_callback.mlir, "emit_python_callback", broken)
+    seen = []
+
+    def host(x):
+        seen.append(type(x))
+        return x + 1
+
+    fn = jax.jit(lambda x: ordered_host_call(host, jax.ShapeDtypeStruct((), jnp.float32), x))
+    with pytest.warns(UserWarning, match="io_callback"):
+        out = fn(jnp.float32(1.0))
+    assert float(out) == 2.0
+    assert seen and seen[0] is not np.ndarray  # io_callback's jax Array: the fallback ran
 
 
 def counting_scan(call):
