@@ -11,16 +11,18 @@ with `ordered=True`, and are never dropped), the same lowering (`emit_python_cal
 the same op sharding), the same output checks (jax's wrapper checks each result's shape and
 dtype), but the function gets XLA's numpy arrays (copies it owns, read-only) directly.
 
-It uses three jax internals (`jax._src.callback`'s ordered IO effect and op-sharding rule, and
-`jax._src.core.ShapedArray`); where the installed jax lacks them (`FAST` is False) or the
-primitive does not lower with them (checked once, with a warning), the call is
-`io_callback(..., ordered=True)`, with the same results (`tests/envs/test_host_callback.py`).
-Like an ordered io_callback it cannot be vmapped (a ValueError saying so), differentiated
-or exported.
+It uses jax internals (`jax._src.callback`'s ordered IO effect, op-sharding rule and result
+check, `jax._src.dispatch.apply_primitive` for eager calls, `ShapedArray`, and the signatures
+of `emit_python_callback` and the lowering context's tokens). Where the installed jax lacks
+them (`FAST` is False) or the primitive does not lower with them (checked once per process,
+with a warning), the call is `io_callback(..., ordered=True)`, with the same results
+(`tests/envs/test_host_callback.py`). It runs under jit and eagerly; like an ordered
+io_callback it cannot be vmapped, differentiated or exported (errors that say so).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -29,22 +31,10 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-try:
-    from jax._src import callback as _callback_impl
-    from jax._src.core import ShapedArray
-    from jax.extend.core import Primitive
-    from jax.interpreters import batching, mlir
-
-    _EFFECT = _callback_impl._OrderedIOEffect
-    _op_sharding = _callback_impl._callback_op_sharding
-    FAST = callable(getattr(mlir, "emit_python_callback", None))
-except (ImportError, AttributeError):  # a jax without these internals: io_callback
-    FAST = False
-
 
 class _Function:
-    """The host function as a primitive parameter: hashed and compared by identity (as
-    io_callback's own wrapper), so tracing never compares two functions' behaviour."""
+    """The host function as a primitive parameter, hashed and compared by identity: each
+    bind gets its own, so tracing never compares two functions' behaviour."""
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -59,17 +49,38 @@ class _Function:
         return isinstance(other, _Function) and other.fn is self.fn
 
 
-if FAST:
-    host_call_p = Primitive("jaxrl_engine_host_call")
-    host_call_p.multiple_results = True
+def _no_vmap(*args: Any, **params: Any) -> Any:
+    raise ValueError(
+        "a host env steps its whole env batch in one host call per step and cannot be "
+        "vmapped (sweeps and jax.vmap over training need a JAX env: env.suite gymnax or brax)"
+    )
 
-    def _abstract_eval(*avals: Any, fn: _Function, result_avals: tuple[Any, ...]) -> Any:
-        del avals, fn
-        return result_avals, {_EFFECT}
 
-    def _lowering(ctx: Any, *args: Any, fn: _Function, result_avals: tuple[Any, ...]) -> Any:
-        del result_avals
-        token = ctx.tokens_in.get(_EFFECT)
+def _no_jvp(*args: Any, **params: Any) -> Any:
+    raise ValueError("a host call (a host env's step) cannot be differentiated")
+
+
+def _register() -> Any:
+    """The primitive, registered with jax (its effect, eager rule, lowering, vmap and JVP
+    refusals); raises when this jax lacks an internal it uses."""
+    from jax._src import callback as callback_impl
+    from jax._src import dispatch
+    from jax._src.core import ShapedArray
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    effect = callback_impl._OrderedIOEffect
+    op_sharding = callback_impl._callback_op_sharding
+    mlir.emit_python_callback  # noqa: B018 (an AttributeError here: this jax lacks it)
+
+    primitive = Primitive("jaxrl_engine_host_call")
+    primitive.multiple_results = True
+
+    def abstract_eval(*avals: Any, fn: _Function, result_avals: tuple[Any, ...]) -> Any:
+        return result_avals, {effect}
+
+    def lowering(ctx: Any, *args: Any, fn: _Function, result_avals: tuple[Any, ...]) -> Any:
+        token = ctx.tokens_in.get(effect)
         results, token, _ = mlir.emit_python_callback(
             ctx,
             fn,
@@ -79,21 +90,32 @@ if FAST:
             ctx.avals_out,
             has_side_effect=True,
             returns_token=True,
-            sharding=_op_sharding(ctx.module_context.axis_context, None, ctx.avals_out),
+            sharding=op_sharding(ctx.module_context.axis_context, None, ctx.avals_out),
         )
-        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({_EFFECT: token})))
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
-    def _no_vmap(*args: Any, **params: Any) -> Any:
-        raise ValueError(
-            "a host env steps its whole env batch in one host call per step and cannot be "
-            "vmapped (sweeps and jax.vmap over training need a JAX env: env.suite gymnax or "
-            "brax)"
-        )
+    # Outside jit (eagerly, or under jax.disable_jit) the primitive runs as its own compiled
+    # program, as io_callback's does.
+    primitive.def_impl(functools.partial(dispatch.apply_primitive, primitive))
+    primitive.def_effectful_abstract_eval(abstract_eval)
+    mlir.register_lowering(primitive, lowering, cacheable=False)
+    batching.primitive_batchers[primitive] = _no_vmap
+    ad.primitive_jvps[primitive] = _no_jvp
 
-    host_call_p.def_effectful_abstract_eval(_abstract_eval)
-    mlir.register_lowering(host_call_p, _lowering, cacheable=False)
-    batching.primitive_batchers[host_call_p] = _no_vmap
+    def avals(structs: list[Any]) -> tuple[Any, ...]:
+        for struct in structs:  # io_callback's trace-time check: no 64-bit result without x64
+            callback_impl._check_shape_dtype(struct)
+        return tuple(ShapedArray(s.shape, s.dtype) for s in structs)
+
+    return primitive, avals, effect
+
+
+try:
+    host_call_p, _result_avals, _EFFECT = _register()
+    FAST = True
+except Exception:  # a jax without these internals (any failure): io_callback
+    FAST = False
 
 
 _LOWERS: list[bool] = []  # whether the primitive lowers on this jax (checked on first use)
@@ -140,6 +162,6 @@ def _bind(fn: Callable[..., Any], result_shape_dtypes: Any, *args: Any) -> Any:
     results = host_call_p.bind(
         *flat_args,
         fn=_Function(flat_fn),
-        result_avals=tuple(ShapedArray(s.shape, s.dtype) for s in structs),
+        result_avals=_result_avals(structs),
     )
     return jax.tree.unflatten(tree, results)

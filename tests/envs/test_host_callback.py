@@ -4,6 +4,7 @@ with numpy arrays handed to the function, on the installed jax's fast path."""
 from __future__ import annotations
 
 import jax
+import jax.interpreters.mlir
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ def test_a_jax_whose_internals_do_not_lower_gets_io_callback_with_a_warning(monk
         raise TypeError("emit_python_callback() got an unexpected keyword argument")
 
     monkeypatch.setattr(host_callback, "_LOWERS", [])
-    monkeypatch.setattr(host_callback.mlir, "emit_python_callback", broken)
+    monkeypatch.setattr(jax.interpreters.mlir, "emit_python_callback", broken)
     seen = []
 
     def host(x):
@@ -92,6 +93,48 @@ def test_calls_in_two_programs_run_in_dispatch_order():
         b(x)
     jax.effects_barrier()
     assert seen == ["a", "b"] * 3
+
+
+def test_the_call_carries_the_ordered_io_effect_and_is_never_dropped():
+    seen: list[float] = []
+
+    def host(x):
+        seen.append(float(x))
+        return x
+
+    def f(x):
+        ordered_host_call(host, jax.ShapeDtypeStruct((), jnp.float32), x)  # result unused
+        return x + 1
+
+    assert host_callback._EFFECT in jax.make_jaxpr(f)(jnp.float32(0.0)).effects
+    jax.jit(f)(jnp.float32(3.0))
+    jax.effects_barrier()
+    assert seen == [3.0]
+
+
+def test_it_runs_eagerly_and_under_disable_jit():
+    def host(x):
+        assert isinstance(x, np.ndarray)
+        return x + 1
+
+    struct = jax.ShapeDtypeStruct((2,), jnp.float32)
+    np.testing.assert_array_equal(ordered_host_call(host, struct, jnp.zeros(2)), np.ones(2))
+    with jax.disable_jit():
+        out = jax.lax.scan(
+            lambda c, _: (ordered_host_call(host, struct, c), None), jnp.zeros(2), None, length=3
+        )[0]
+    np.testing.assert_array_equal(out, np.full(2, 3.0))
+
+
+def test_a_64_bit_result_without_x64_and_a_gradient_are_refused_when_traced():
+    with pytest.raises(ValueError, match="64-bit"):
+        jax.make_jaxpr(
+            lambda x: ordered_host_call(lambda a: a, jax.ShapeDtypeStruct((), np.float64), x)
+        )(jnp.float32(0.0))
+    with pytest.raises(ValueError, match="cannot be differentiated"):
+        jax.grad(
+            lambda x: ordered_host_call(lambda a: a, jax.ShapeDtypeStruct((), jnp.float32), x)
+        )(jnp.float32(1.0))
 
 
 def test_a_result_of_the_wrong_shape_or_dtype_is_an_error_naming_it():
