@@ -135,7 +135,8 @@ from jaxrl_engine.run.overlap import Pipeline
 base = ["env.num_envs=6", "eval.num_envs=6", "eval.interval=2", "algo.num_steps=16",
         "total_env_steps=384", "progress=false", "loggers=[jsonl]", "save_interval=2"]
 algos = {"ppo": ["algo.hidden_sizes=[16,16]"],
-         "dqn": ["algo.name=dqn", "algo.learning_starts=96", "algo.buffer_size=576"]}
+         "dqn": ["algo.name=dqn", "algo.learning_starts=96", "algo.buffer_size=576"],
+         "ppo_gym": ["algo.hidden_sizes=[16,16]", "env.suite=gymnasium"]}
 d = jax.devices()
 out = {}
 def plain(s):
@@ -175,15 +176,17 @@ print(json.dumps(out))
 @pytest.mark.multidevice
 def test_the_actor_runs_on_its_own_device_with_the_same_results(tmp_path):
     """`env.actor_device`: the actor's rollouts live on that device, the learner's state on
-    another, and the run (checkpoints, evaluation, policy lag) equals the same schedule on the
+    another (gymnax and host envs), and the run (checkpoints, evaluation, policy lag) equals the same schedule on the
     learner's device alone, bitwise; by default the learner's mesh is every other device."""
     from tests.conftest import run_on_four_devices
 
     out = run_on_four_devices(TWO_DEVICES, str(tmp_path))
-    for name in ("ppo", "dqn"):
+    for name in ("ppo", "dqn", "ppo_gym"):  # ppo_gym: a host env, its steps in the actor thread
         got = out[name]
         assert got["equal"], name
-        assert got["mesh"] == ["cpu:0", "cpu:1", "cpu:2"], got
+        # A host env's learner takes one device (its envs step on the host).
+        mesh = ["cpu:0"] if name == "ppo_gym" else ["cpu:0", "cpu:1", "cpu:2"]
+        assert got["mesh"] == mesh, got
         assert got["actor"] == ["cpu:3"], got
         assert got["learner"] == ["cpu:0"], got
         assert got["status"] == "completed" and got["epochs"] == 4
