@@ -71,7 +71,6 @@ def _register() -> Any:
 
     effect = callback_impl._OrderedIOEffect
     op_sharding = callback_impl._callback_op_sharding
-    mlir.emit_python_callback  # noqa: B018 (an AttributeError here: this jax lacks it)
 
     primitive = Primitive("jaxrl_engine_host_call")
     primitive.multiple_results = True
@@ -118,28 +117,26 @@ except Exception:  # a jax without these internals (any failure): io_callback
     FAST = False
 
 
-_LOWERS: list[bool] = []  # whether the primitive lowers on this jax (checked on first use)
-
-
 def _fast_path() -> bool:
     """FAST, and the primitive lowers: the internals it uses are there but their signatures
     are not jax's promise, so the first call lowers a one-value program through it (a few ms,
     once per process); a failure warns once and every call takes io_callback."""
-    if not FAST:
+    return FAST and _lowers()
+
+
+@functools.cache
+def _lowers() -> bool:
+    struct = jax.ShapeDtypeStruct((), np.float32)
+    try:
+        jax.jit(lambda x: _bind(lambda a: (a,), (struct,), x)).lower(struct)
+    except Exception as e:  # any failure: the public path instead
+        warnings.warn(
+            f"jaxrl_engine: host envs step through jax.experimental.io_callback (slower): "
+            f"this jax's internals do not take the fast host call ({type(e).__name__}: {e})",
+            stacklevel=4,
+        )
         return False
-    if not _LOWERS:
-        struct = jax.ShapeDtypeStruct((), np.float32)
-        try:
-            jax.jit(lambda x: _bind(lambda a: (a,), (struct,), x)).lower(struct)
-            _LOWERS.append(True)
-        except Exception as e:  # any failure: the public path instead
-            warnings.warn(
-                f"jaxrl_engine: host envs step through jax.experimental.io_callback (slower): "
-                f"this jax's internals do not take the fast host call ({type(e).__name__}: {e})",
-                stacklevel=3,
-            )
-            _LOWERS.append(False)
-    return _LOWERS[0]
+    return True
 
 
 def ordered_host_call(fn: Callable[..., Any], result_shape_dtypes: Any, *args: Any) -> Any:

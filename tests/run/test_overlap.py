@@ -176,8 +176,9 @@ print(json.dumps(out))
 @pytest.mark.multidevice
 def test_the_actor_runs_on_its_own_device_with_the_same_results(tmp_path):
     """`env.actor_device`: the actor's rollouts live on that device, the learner's state on
-    another (gymnax and host envs), and the run (checkpoints, evaluation, policy lag) equals the same schedule on the
-    learner's device alone, bitwise; by default the learner's mesh is every other device."""
+    another (gymnax and host envs), and the run (checkpoints, evaluation, policy lag) equals
+    the same schedule on the learner's device alone, bitwise; by default the learner's mesh
+    is every other device."""
     from tests.conftest import run_on_four_devices
 
     out = run_on_four_devices(TWO_DEVICES, str(tmp_path))
