@@ -17,7 +17,12 @@ from jax.sharding import Mesh
 
 from jaxrl_engine.core.batching import one_key_at_a_time
 from jaxrl_engine.core.hooks import Hook, chain
-from jaxrl_engine.core.nan_guard import GUARDED_STATE, MAY_BE_NAN, guarded_quantities
+from jaxrl_engine.core.nan_guard import (
+    GUARDED_STATE,
+    MAY_BE_NAN,
+    GuardNames,
+    guarded_quantities,
+)
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
 from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, move_to, placement_hooks
 from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder, reset_batch
@@ -279,18 +284,17 @@ class Engine:
 
     # ------------------------------------------------------------- compiled
     @functools.cached_property
-    def guarded_names(self) -> dict[str, list[str]]:
-        """Per phase, the quantities behind its `guard/<phase>` index (see `nan_guard`)."""
+    def guarded_names(self) -> Mapping[str, list[str]]:
+        """Per phase, the quantities behind its `guard/<phase>` index (see `nan_guard`); each
+        phase is traced for them only when its guard has fired (`GuardNames`)."""
         if not self.nan_guard:
             return {}
-        return {
-            name: guarded_quantities(
-                list(jax.eval_shape(phase, self.state_shape)[1]),
-                GUARDED_STATE.get(name, ()),
-                skip=MAY_BE_NAN,
-            )
-            for name, phase in self.raw_phases.items()
-        }
+
+        def names_of(name: str) -> list[str]:
+            metrics = jax.eval_shape(self.raw_phases[name], self.state_shape)[1]
+            return guarded_quantities(list(metrics), GUARDED_STATE.get(name, ()), skip=MAY_BE_NAN)
+
+        return GuardNames(list(self.raw_phases), names_of)
 
     def warm_up(
         self,

@@ -7,7 +7,7 @@ naming phase, quantity and epoch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -80,6 +80,29 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
     return transform
 
 
+class GuardNames(Mapping[str, list[str]]):
+    """Per guarded phase, the names behind its `guard/<phase>` index, found only when asked
+    for: `names_of(phase)` traces the phase (about 0.1 s each), which a run needs only when a
+    guard fires, so a run that stays finite never pays for it."""
+
+    def __init__(self, phases: Sequence[str], names_of: Callable[[str], list[str]]):
+        self._phases, self._names_of = tuple(phases), names_of
+        self._found: dict[str, list[str]] = {}
+
+    def __getitem__(self, phase: str) -> list[str]:
+        if phase not in self._phases:
+            raise KeyError(phase)
+        if phase not in self._found:
+            self._found[phase] = self._names_of(phase)
+        return self._found[phase]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._phases)
+
+    def __len__(self) -> int:
+        return len(self._phases)
+
+
 class NonFiniteError(FloatingPointError):
     """A `nan_guard` fired: names phase, quantity and epoch."""
 
@@ -92,12 +115,14 @@ class NonFiniteError(FloatingPointError):
         )
 
 
-def check_guards(metrics: dict[str, Any], guarded: dict[str, list[str]], epoch: int) -> None:
+def check_guards(metrics: dict[str, Any], guarded: Mapping[str, list[str]], epoch: int) -> None:
     """Raise `NonFiniteError` for the first phase whose guard fired (host side).
 
-    epoch: counted from 1, as in `metrics.jsonl` (the epoch whose phases produced `metrics`).
+    guarded: per phase in order, the names behind its index (looked up only for a phase whose
+    guard fired: see `GuardNames`). epoch: counted from 1, as in `metrics.jsonl` (the epoch
+    whose phases produced `metrics`).
     """
-    for phase, names in guarded.items():
+    for phase in guarded:
         index = metrics.get(guard_key(phase))
         if index is not None and int(np.asarray(index).max()) >= 0:
-            raise NonFiniteError(phase, names[int(np.asarray(index).max())], epoch)
+            raise NonFiniteError(phase, guarded[phase][int(np.asarray(index).max())], epoch)

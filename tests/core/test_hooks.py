@@ -144,6 +144,22 @@ def test_nan_guard_off_lets_the_same_run_finish(tmp_path):
     assert len(history) == 4
 
 
+def test_a_finite_run_does_not_trace_its_phases_for_the_guard_names(small_cfg, tmp_path):
+    """The names behind a guard index are found (by tracing the phase) only when the guard
+    fires: a run that stays finite pays nothing for them in its train_s; a fired guard still
+    names its quantity (the test above)."""
+    engine = jre.build(small_cfg)
+    traced: list[str] = []
+    names = engine.guarded_names
+    names_of = names._names_of
+    names._names_of = lambda phase: traced.append(phase) or names_of(phase)
+    engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    assert traced == []
+    assert list(names) == list(engine.raw_phases)
+    assert "update_dataset/advantage_mean" in names["update_dataset"]
+    assert traced == ["update_dataset"]
+
+
 def test_timed_records_count_total_and_average():
     timer = jre.Timer()
 
