@@ -2,9 +2,12 @@
 
 Rows, each PPO with configs/ppo_gym_cartpole.yaml's hyperparameters (16 envs x 128 steps, 4 x 4
 minibatches, 64x64 tanh), timed over `--epochs` epochs of `engine.run` (evaluation only at the
-end; compile excluded: the run's `train_s`) and over its epoch calls alone (without the final
-evaluation, logging and checkpoint: the work Stable-Baselines3's `learn()` times), alternating
-rows `--repeats` times in this one process, median reported:
+end; compile excluded: the run's `train_s`) three ways: training env steps over the whole run
+(the summary's steps/s: the final evaluation's time counted, its env steps not); all env steps
+over the whole run (the evaluation episodes' steps counted too: the env's stepping rate while
+the engine runs, comparable with the random-policy limit below); and over the epoch calls
+alone (without the final evaluation, logging and checkpoint: the work Stable-Baselines3's
+`learn()` times). Rows alternate `--repeats` times in this one process, medians reported:
 
   gymnasium CartPole-v1, overlap off / on
   envpool CartPole-v1, overlap off / on          (when envpool is installed)
@@ -17,7 +20,7 @@ rows `--repeats` times in this one process, median reported:
   gymnasium InvertedPendulum-v5, overlap off / on (when mujoco is installed)
 
 and, per env, the limit: the vector env's own stepping rate under uniformly random actions
-(no network, no learning) next to the engine's rollout phase alone (acting network + envs, no
+(no network, no learning; measured in each round after the rows, median) next to the engine's rollout phase alone (acting network + envs, no
 learning), and what `offload: true` costs per env-set switch (the idle set
 closed, the other made and reset; twice per evaluation). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
 NOT a dependency of this package) Stable-Baselines3 PPO with matched hyperparameters trains
@@ -90,12 +93,16 @@ class SlowCartPole(CartPoleEnv):
 gymnasium.register("SlowCartPole-v1", entry_point=SlowCartPole, max_episode_steps=500)
 
 
-def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float, float]:
-    """(env steps/s of the run, of its epochs alone) of one `engine.run` of `epochs` epochs.
+def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float, float, float]:
+    """(env steps/s of the run, of the run with its evaluation's steps counted, of its epochs
+    alone) of one `engine.run` of `epochs` epochs.
 
-    The run's rate is its summary's (`train_s`: the epochs, the final evaluation, logging and
-    the final checkpoint); the epochs' rate counts only the driver's epoch calls (the engine
-    timer's "epoch": rollouts and learning, what Stable-Baselines3's `learn()` does)."""
+    The run's rate is its summary's: training env steps over `train_s` (the epochs, the final
+    evaluation, logging and the final checkpoint), so the evaluation's time counts and its env
+    steps do not. The second counts them too (its episodes' steps: the env's stepping rate
+    over the whole run, what the random-policy limit is a rate of). The epochs' rate counts
+    only the driver's epoch calls (the engine timer's "epoch": rollouts and learning, what
+    Stable-Baselines3's `learn()` does)."""
     steps = epochs * 16 * 128
     cfg = jre.load_config(
         None,
@@ -111,7 +118,26 @@ def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float,
     _, summary = engine.run(engine.init(jax.random.key(0)))
     engine.env.close()
     epochs_s = engine.timer.summary()["epoch"]["total_s"]
-    return summary["steps_per_second"], summary["env_steps"] / epochs_s
+    final = summary["records"][-1]
+    eval_steps = summary["eval_episodes"] * final["evaluate/episode_length"]
+    all_steps = (summary["env_steps"] + eval_steps) / summary["train_s"]
+    return summary["steps_per_second"], all_steps, summary["env_steps"] / epochs_s
+
+
+def limit_rate(name: str, overrides: list[str]) -> float:
+    """The env's own stepping rate under uniformly random actions (20,000 steps; no network,
+    no learning): the limit of any engine stepping it."""
+    cfg = jre.load_config(None, [*PPO, *overrides])
+    if cfg.env.suite == "envpool":
+        from jaxrl_engine.envs import envpool_env
+
+        env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 16, cfg.env.params)
+        rate = envpool_env.steps_per_second_of_random_policy(env, 20000)
+    else:
+        env = GymnasiumEnv(cfg.env.id, 16, 16, cfg.env.params)
+        rate = steps_per_second_of_random_policy(env, 20000)
+    env.close()
+    return rate
 
 
 def rollout_rate(overrides: list[str], calls: int = 10) -> float:
@@ -197,23 +223,32 @@ def main() -> None:
             "env.id=InvertedPendulum-v5",
         ]
     rows = {(name, overlap): [] for name in envs for overlap in (False, True)}
+    all_rows: dict[tuple[str, bool], list[float]] = {key: [] for key in rows}
     epoch_rows: dict[tuple[str, bool], list[float]] = {key: [] for key in rows}
+    limit_runs: dict[str, list[float]] = {name: [] for name in envs}
     with tempfile.TemporaryDirectory() as run_dir:
         for repeat in range(args.repeats):
             for (name, overlap), rates in rows.items():
-                rate, epochs_rate = engine_rate(
+                rate, all_rate, epochs_rate = engine_rate(
                     [*envs[name], f"env.overlap={str(overlap).lower()}", f"name=r{repeat}"],
                     args.epochs,
                     run_dir,
                 )
                 rates.append(rate)
+                all_rows[name, overlap].append(all_rate)
                 epoch_rows[name, overlap].append(epochs_rate)
                 print(
                     f"  {name}, overlap {overlap}: {rate:,.0f} steps/s "
-                    f"({epochs_rate:,.0f} in its epochs)",
+                    f"({all_rate:,.0f} with its evaluation's steps, {epochs_rate:,.0f} in its "
+                    "epochs)",
                     file=sys.stderr,
                 )
-    limits, switch_s, rollouts = {}, {}, {}
+            # The limits in the same rounds as the rows (the machine's state drifts).
+            for name, overrides in envs.items():
+                limit_runs[name].append(limit_rate(name, overrides))
+                print(f"  {name}: limit {limit_runs[name][-1]:,.0f} steps/s", file=sys.stderr)
+    limits = {name: statistics.median(rates) for name, rates in limit_runs.items()}
+    switch_s, rollouts = {}, {}
     for name, overrides in envs.items():
         rollouts[name] = rollout_rate(overrides)
         cfg = jre.load_config(None, [*PPO, *overrides])
@@ -221,10 +256,8 @@ def main() -> None:
             from jaxrl_engine.envs import envpool_env
 
             env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 16, cfg.env.params)
-            limits[name] = envpool_env.steps_per_second_of_random_policy(env, 20000)
         else:
             env = GymnasiumEnv(cfg.env.id, 16, 16, cfg.env.params)
-            limits[name] = steps_per_second_of_random_policy(env, 20000)
         switch_s[name] = offload_switch_seconds(env)
         env.close()
     result = {
@@ -235,11 +268,16 @@ def main() -> None:
             f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
             for (name, overlap), rates in rows.items()
         },
+        "with_evaluation_steps": {
+            f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
+            for (name, overlap), rates in all_rows.items()
+        },
         "epochs_only": {
             f"{name}, overlap {'on' if overlap else 'off'}": statistics.median(rates)
             for (name, overlap), rates in epoch_rows.items()
         },
         "random_policy_limit": limits,
+        "random_policy_limit_runs": limit_runs,
         "offload_switch_s": switch_s,
         "rollout_only": rollouts,
     }
@@ -247,22 +285,29 @@ def main() -> None:
         result["sb3_ppo_cartpole"] = statistics.median(
             sb3_rate(args.sb3_python, args.epochs * 16 * 128) for _ in range(args.repeats)
         )
-    print("| row | env steps/s (run) | of the env's limit | epochs only | of the limit |")
-    print("|---|---|---|---|---|")
+    print(
+        "| row | env steps/s (run) | of the env's limit | with the evaluation's steps | of the "
+        "limit | epochs only | of the limit |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for row, rate in result["rows"].items():
         limit = limits[row.rsplit(", overlap", 1)[0]]
+        all_rate = result["with_evaluation_steps"][row]
         epochs_rate = result["epochs_only"][row]
         print(
-            f"| {row} | {rate:,.0f} | {rate / limit:.2f} | {epochs_rate:,.0f} | "
-            f"{epochs_rate / limit:.2f} |"
+            f"| {row} | {rate:,.0f} | {rate / limit:.2f} | {all_rate:,.0f} | "
+            f"{all_rate / limit:.2f} | {epochs_rate:,.0f} | {epochs_rate / limit:.2f} |"
         )
     for name, limit in limits.items():
         rate = rollouts[name]
         print(
             f"| {name}: engine rollout phase only (acting, no learning) | {rate:,.0f} | "
-            f"{rate / limit:.2f} | | |"
+            f"{rate / limit:.2f} | | | | |"
         )
-        print(f"| {name}: random policy, no learning (the limit) | {limit:,.0f} | 1.00 | | |")
+        print(
+            f"| {name}: random policy, no learning (the limit, median of {args.repeats}) | "
+            f"{limit:,.0f} | 1.00 | | | | |"
+        )
     if "sb3_ppo_cartpole" in result:
         sb3 = result["sb3_ppo_cartpole"]
         for overlap in ("off", "on"):
@@ -270,7 +315,7 @@ def main() -> None:
             ours, epochs_rate = result["rows"][row], result["epochs_only"][row]
             print(
                 f"| engine / Stable-Baselines3 PPO ({sb3:,.0f}), CartPole-v1, overlap "
-                f"{overlap} | {ours / sb3:.2f}x | | {epochs_rate / sb3:.2f}x | |"
+                f"{overlap} | {ours / sb3:.2f}x | | | | {epochs_rate / sb3:.2f}x | |"
             )
     print("\n| env (16 envs per set) | offload: one env-set switch (close, make, reset) |")
     print("|---|---|")
