@@ -105,6 +105,7 @@ def evaluate_episodes(
     num_episodes: int,
     key: jax.Array,
     episodes: int | None = None,
+    until_all_ended: bool | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths (`[episodes]`) of evaluation episodes, each to its end or the env's
     step limit, on `num_episodes` envs: one round of one episode per env, or (`episodes` more
@@ -112,13 +113,20 @@ def evaluate_episodes(
     `episodes` kept. policy: `policy(obs [n, *obs_shape], key) -> action` as the env takes it.
 
     The one evaluation loop: the engine's `evaluate` phase and `jaxrl-engine eval` (an
-    exported policy) both run it.
+    exported policy) both run it. until_all_ended: stop stepping once every episode has ended
+    (a `while_loop`) instead of stepping to the env's step limit (a `scan`); the returns and
+    lengths are the same. None: for a `batched` env (a host simulator, whose every step is the
+    whole batch's Python or C work), not for a JAX env (its fixed scan is vectorised and
+    cheap, and on an accelerator a data-dependent loop waits on the device at every step).
     """
     if episodes is not None and episodes != num_episodes:
         rounds = -(-episodes // num_episodes)
         keys = jax.random.split(key, rounds)
         ret, length = jax.lax.map(
-            lambda k: evaluate_episodes(env, env_params, policy, num_episodes, k), keys
+            lambda k: evaluate_episodes(
+                env, env_params, policy, num_episodes, k, until_all_ended=until_all_ended
+            ),
+            keys,
         )
         return ret.reshape(-1)[:episodes], length.reshape(-1)[:episodes]
     max_steps = env.spec(env_params).max_episode_steps
@@ -139,7 +147,22 @@ def evaluate_episodes(
     n = num_episodes
     init = (env_state, obs, jnp.zeros((n,)), jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool))
     keys = jax.random.split(k_steps, max_steps)
-    (_, _, ret, length, _), _ = jax.lax.scan(step, init, (keys, env_keys(env, keys, n)))
+    step_keys = (keys, env_keys(env, keys, n))
+    if until_all_ended is None:
+        until_all_ended = getattr(env, "batched", False)
+    if not until_all_ended:
+        (_, _, ret, length, _), _ = jax.lax.scan(step, init, step_keys)
+        return ret, length
+
+    def running(carry: tuple[jax.Array, Any]) -> jax.Array:
+        i, (*_, active) = carry
+        return (i < max_steps) & active.any()
+
+    def next_step(carry: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
+        i, state = carry
+        return i + 1, step(state, jax.tree.map(lambda k: k[i], step_keys))[0]
+
+    _, (_, _, ret, length, _) = jax.lax.while_loop(running, next_step, (jnp.int32(0), init))
     return ret, length
 
 

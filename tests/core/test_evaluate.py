@@ -141,3 +141,61 @@ def test_evaluation_returns_equal_a_loop_that_splits_each_steps_key_inside():
     key = jax.random.key(11)
     ret, _ = jax.jit(lambda k: evaluate_episodes(env, env.params, policy, 8, k))(key)
     np.testing.assert_array_equal(np.asarray(ret), np.asarray(jax.jit(reference)(key)))
+
+
+@pytest.mark.parametrize("episodes", [None, 20])
+def test_stopping_once_every_episode_ended_gives_the_same_returns(episodes):
+    """The loop that stops when all episodes have ended (host envs' default) against the one
+    that steps to the limit (JAX envs' default), on a JAX env where both run."""
+    env = make_env("CartPole-v1", None)
+
+    def policy(obs, key):
+        return jax.random.randint(key, (obs.shape[0],), 0, 2)
+
+    def run(key, until):
+        return jax.jit(lambda k: evaluate_episodes(env, env.params, policy, 8, k, episodes, until))(
+            key
+        )
+
+    for seed in range(3):
+        key = jax.random.key(seed)
+        ret, length = run(key, True)
+        ref_ret, ref_length = run(key, False)
+        np.testing.assert_array_equal(np.asarray(ret), np.asarray(ref_ret))
+        np.testing.assert_array_equal(np.asarray(length), np.asarray(ref_length))
+        assert int(length.max()) < env.spec(env.params).max_episode_steps  # random: short
+
+
+def test_a_host_env_is_stepped_only_until_its_evaluation_episodes_ended():
+    """A host env's evaluation stops stepping the simulator when every episode has ended
+    (not at the step limit, 500 for CartPole), with the returns of the full-length loop."""
+    pytest.importorskip("gymnasium")
+    from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+
+    env = GymnasiumEnv("CartPole-v1", 4, 8)
+    params = env.eval_set({})
+    calls = []
+    host_step = env._host_step
+
+    def counted(*args):
+        calls.append(1)
+        return host_step(*args)
+
+    env._host_step = counted
+
+    def policy(obs, key):
+        return jax.random.randint(key, (obs.shape[0],), 0, 2)
+
+    try:
+        key = jax.random.key(5)
+        ret, length = jax.jit(lambda k: evaluate_episodes(env, params, policy, 8, k))(key)
+        assert len(calls) == int(length.max()) < 500
+        calls.clear()
+        ref_ret, ref_length = jax.jit(
+            lambda k: evaluate_episodes(env, params, policy, 8, k, until_all_ended=False)
+        )(key)
+        assert len(calls) == 500
+        np.testing.assert_array_equal(np.asarray(ret), np.asarray(ref_ret))
+        np.testing.assert_array_equal(np.asarray(length), np.asarray(ref_length))
+    finally:
+        env.close()
