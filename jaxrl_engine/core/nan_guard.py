@@ -96,6 +96,9 @@ class GuardNames(Mapping[str, list[str]]):
             self._found[phase] = self._names_of(phase)
         return self._found[phase]
 
+    def __contains__(self, phase: object) -> bool:  # (Mapping's would trace the phase)
+        return phase in self._phases
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._phases)
 

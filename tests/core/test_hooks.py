@@ -156,6 +156,7 @@ def test_a_finite_run_does_not_trace_its_phases_for_the_guard_names(small_cfg, t
     engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
     assert traced == []
     assert list(names) == list(engine.raw_phases)
+    assert "rollout" in names and "nope" not in names and traced == []  # no trace to ask
     assert "update_dataset/advantage_mean" in names["update_dataset"]
     assert traced == ["update_dataset"]
 
