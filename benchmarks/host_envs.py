@@ -20,11 +20,12 @@ alone (without the final evaluation, logging and checkpoint: the work Stable-Bas
   gymnasium InvertedPendulum-v5, overlap off / on (when mujoco is installed)
 
 and, per env, the limit: the vector env's own stepping rate under uniformly random actions
-(no network, no learning; measured in each round after the rows, median) next to the engine's rollout phase alone (acting network + envs, no
-learning), and what `offload: true` costs per env-set switch (the idle set
-closed, the other made and reset; twice per evaluation). With `--sb3-python PATH` (a Python with stable-baselines3 and torch,
-NOT a dependency of this package) Stable-Baselines3 PPO with matched hyperparameters trains
-CartPole-v1 (16 DummyVecEnv envs) for the same env steps in that interpreter: its steps/s.
+(no network, no learning; measured in each round after the rows, median) next to the engine's
+rollout phase alone (acting network + envs, no learning), and what `offload: true` costs per
+env-set switch (the idle set closed, the other made and reset; twice per evaluation). With
+`--sb3-python PATH` (a Python with stable-baselines3 and torch, NOT a dependency of this
+package) Stable-Baselines3 PPO with matched hyperparameters trains CartPole-v1 (16 DummyVecEnv
+envs) for the same env steps in that interpreter: its steps/s.
 
     .venv/bin/python benchmarks/host_envs.py [--epochs 30] [--repeats 3] [--sb3-python PY]
 """
@@ -45,6 +46,7 @@ import jax
 from gymnasium.envs.classic_control import CartPoleEnv
 
 import jaxrl_engine as jre
+from jaxrl_engine.envs import envpool_env
 from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv, steps_per_second_of_random_policy
 
 PPO = [
@@ -124,17 +126,20 @@ def engine_rate(overrides: list[str], epochs: int, run_dir: str) -> tuple[float,
     return summary["steps_per_second"], all_steps, summary["env_steps"] / epochs_s
 
 
-def limit_rate(name: str, overrides: list[str]) -> float:
+def host_env(overrides: list[str]) -> GymnasiumEnv:
+    """The 16-env host env (training and evaluation sets) of a row's overrides."""
+    cfg = jre.load_config(None, [*PPO, *overrides])
+    suite = envpool_env.EnvPoolEnv if cfg.env.suite == "envpool" else GymnasiumEnv
+    return suite(cfg.env.id, 16, 16, cfg.env.params)
+
+
+def limit_rate(overrides: list[str]) -> float:
     """The env's own stepping rate under uniformly random actions (20,000 steps; no network,
     no learning): the limit of any engine stepping it."""
-    cfg = jre.load_config(None, [*PPO, *overrides])
-    if cfg.env.suite == "envpool":
-        from jaxrl_engine.envs import envpool_env
-
-        env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 16, cfg.env.params)
+    env = host_env(overrides)
+    if isinstance(env, envpool_env.EnvPoolEnv):
         rate = envpool_env.steps_per_second_of_random_policy(env, 20000)
     else:
-        env = GymnasiumEnv(cfg.env.id, 16, 16, cfg.env.params)
         rate = steps_per_second_of_random_policy(env, 20000)
     env.close()
     return rate
@@ -245,19 +250,13 @@ def main() -> None:
                 )
             # The limits in the same rounds as the rows (the machine's state drifts).
             for name, overrides in envs.items():
-                limit_runs[name].append(limit_rate(name, overrides))
+                limit_runs[name].append(limit_rate(overrides))
                 print(f"  {name}: limit {limit_runs[name][-1]:,.0f} steps/s", file=sys.stderr)
     limits = {name: statistics.median(rates) for name, rates in limit_runs.items()}
     switch_s, rollouts = {}, {}
     for name, overrides in envs.items():
         rollouts[name] = rollout_rate(overrides)
-        cfg = jre.load_config(None, [*PPO, *overrides])
-        if cfg.env.suite == "envpool":
-            from jaxrl_engine.envs import envpool_env
-
-            env = envpool_env.EnvPoolEnv(cfg.env.id, 16, 16, cfg.env.params)
-        else:
-            env = GymnasiumEnv(cfg.env.id, 16, 16, cfg.env.params)
+        env = host_env(overrides)
         switch_s[name] = offload_switch_seconds(env)
         env.close()
     result = {
