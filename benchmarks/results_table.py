@@ -60,6 +60,8 @@ ANCHORS = {
         "131",
         "gymnax README (gymnax-blines PPO, SpaceInvaders-MinAtar)",
     ),
+    "ppo_minatar_asterix": ("15", "gymnax README (gymnax-blines PPO, Asterix-MinAtar)"),
+    "ppo_minatar_freeway": ("58", "gymnax README (gymnax-blines PPO, Freeway-MinAtar)"),
     "ppo_brax_halfcheetah": (
         "3687 at 52.4M",
         "Brax's ppo.train with its published settings, seed 0, run on an H200 "

@@ -81,7 +81,7 @@ def group_runs(runs: list[Run]) -> list[tuple[str, list[Run]]]:
     keys = list(groups)
     if len(keys) == 1:
         members = groups[keys[0]]
-        return [(str(members[0].config.get("name", members[0].path.name)), members)]
+        return [(_seed_group_label(members), members)]
     common = set(keys[0]).intersection(*keys[1:])
     varying = sorted({k for key in keys for k, v in key if (k, v) not in common})
     labelled = []
@@ -90,6 +90,16 @@ def group_runs(runs: list[Run]) -> list[tuple[str, list[Run]]]:
         label = ", ".join(f"{k}={json.loads(values[k])}" for k in varying if k in values)
         labelled.append((label or groups[key][0].path.name, groups[key]))
     return labelled
+
+
+def _seed_group_label(members: list[Run]) -> str:
+    """The runs' common `name`; a sweep's members (`seed0`, `seed1`, ... in the sweep's
+    directory) are labelled by the sweep's directory, its name."""
+    names = {str(m.config.get("name", m.path.name)) for m in members}
+    if len(names) == 1:
+        return names.pop()
+    parents = {m.path.resolve().parent for m in members}
+    return parents.pop().name if len(parents) == 1 else members[0].path.name
 
 
 def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:

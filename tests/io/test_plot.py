@@ -48,6 +48,21 @@ def test_runs_differing_only_in_seed_are_one_group_labelled_by_what_differs(runs
     ]
 
 
+def test_a_sweeps_seeds_are_labelled_by_the_sweep_and_same_named_runs_by_their_name(tmp_path):
+    sweep = tmp_path / "ppo_minatar_asterix"
+    sweep.mkdir()
+    members = [fake_run(sweep, f"seed{s}", [1, 2, 3], f"seed={s}") for s in range(3)]
+    ((label, grouped),) = group_runs([read_run(p) for p in members])
+    assert label == "ppo_minatar_asterix" and len(grouped) == 3
+    # Runs of one config trained one by one (each `name` the config's) keep that name.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    runs = [
+        fake_run(tmp_path / d, "ppo_x", [1, 2, 3], f"seed={s}") for d, s in (("a", 0), ("b", 1))
+    ]
+    assert [label for label, _ in group_runs([read_run(p) for p in runs])] == ["ppo_x"]
+
+
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_plot_writes_an_image_with_mean_and_spread_over_seeds(runs, tmp_path, suffix):
     out = tmp_path / f"curves{suffix}"
