@@ -18,11 +18,13 @@ with theta periodic and theta_dot on [-8, 8] (the env clips it there). Two figur
               r + V_{t+1}(f) over a finer action set. This is a policy's measured return, so the
               optimum is at least this (up to the sampling error, reported)
 
-Several grid sizes show whether the figures have converged. `--policy RUN_DIR` (a run of
-`jaxrl-engine train` on Pendulum-v1) also evaluates that run's exported greedy policy from the
-same start states and reports where it loses return against the DP's policy, episode by episode. The greedy policy's episode returns
-also give the chance that a 164-episode mean (gymnax-blines' test rollouts behind the -130
-anchor) reaches -130 under the optimal policy (resampling the measured episodes).
+Several grid sizes show whether the figures have converged. The greedy policy's episode
+returns also give the chance that a 164-episode mean (gymnax-blines' test rollouts behind the
+-130 anchor) reaches -130 under the optimal policy (resampling the measured episodes).
+`--gammas 0.99` solves the discounted problem an agent with that discount learns instead.
+`--policy RUN_DIR ...` (runs of `jaxrl-engine train` on Pendulum-v1) also evaluates each run's
+exported greedy policy from the same start states and reports where it loses return against
+the DP's policy (the last grid's), episode by episode.
 
     .venv/bin/python benchmarks/pendulum_optimum.py [--grids 201 401 801] [--episodes 100000]
         [--policy runs/sac_pendulum ...]
