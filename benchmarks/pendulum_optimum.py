@@ -42,14 +42,14 @@ import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gymnax.environments.classic_control.pendulum import angle_normalize
+
+import jaxrl_engine as jre
+from jaxrl_engine.export.policy import acting_function, load_params
 
 HORIZON = 200
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
-
-
-def angle_normalize(x: jax.Array) -> jax.Array:
-    return ((x + jnp.pi) % (2 * jnp.pi)) - jnp.pi
 
 
 def dynamics(theta: jax.Array, theta_dot: jax.Array, u: jax.Array, p) -> tuple:
@@ -114,6 +114,13 @@ def start_value(v0: jax.Array, samples: int = 1_000) -> float:
     return float(jnp.mean(interpolate(v0, t, d)))
 
 
+def start_states(episodes: int, seed: int):
+    """`episodes` start states drawn by gymnax's own `reset_env`."""
+    env, params = gymnax.make("Pendulum-v1")
+    keys = jax.random.split(jax.random.key(seed), episodes)
+    return jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)[1]
+
+
 def greedy_returns(
     values: jax.Array, fine_actions: jax.Array, episodes: int, seed: int, gamma: float = 1.0
 ):
@@ -138,17 +145,8 @@ def greedy_returns(
     return np.asarray(rewards.sum(0))
 
 
-def start_states(episodes: int, seed: int):
-    env, params = gymnax.make("Pendulum-v1")
-    keys = jax.random.split(jax.random.key(seed), episodes)
-    return jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)[1]
-
-
 def policy_returns(run_dir: str, episodes: int, seed: int) -> np.ndarray:
     """Episode returns of a trained run's exported greedy policy, from `start_states`."""
-    import jaxrl_engine as jre
-    from jaxrl_engine.export.policy import acting_function, load_params
-
     cfg = jre.load_config(str(Path(run_dir) / "config.yaml"), ["compile_cache_dir=null"])
     if cfg.env.id != "Pendulum-v1":
         raise SystemExit(f"--policy {run_dir}: env.id is {cfg.env.id!r}, not Pendulum-v1")
