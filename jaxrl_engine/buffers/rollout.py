@@ -48,7 +48,11 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     low = jnp.uint32((1 << index_bits) - 1)
     position = jax.lax.iota(jnp.uint32, n)
     perm = jax.lax.iota(jnp.int32, n)
-    for round_key in jax.random.split(key, -(-PERMUTATION_BITS // random_bits)):
-        packed = (jax.random.bits(round_key, (n,), jnp.uint32) & ~low) | position
+    round_keys = jax.random.split(key, -(-PERMUTATION_BITS // random_bits))
+    # Every round's bits in one batched PRNG call: the same bits as one call per round key
+    # (on CPU each PRNG call compiles to a loop of its own).
+    bits = jax.vmap(lambda k: jax.random.bits(k, (n,), jnp.uint32))(round_keys)
+    for round_bits in bits:
+        packed = (round_bits & ~low) | position
         perm = perm[(jnp.sort(packed) & low).astype(jnp.int32)]
     return perm

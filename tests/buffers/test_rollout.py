@@ -6,10 +6,11 @@ import itertools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_engine.buffers.rollout import permutation
+from jaxrl_engine.buffers.rollout import PERMUTATION_BITS, permutation
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 512, 2048, 3000])
@@ -53,3 +54,25 @@ def test_positions_are_uniform_for_a_rollout_sized_batch():
         counts = np.bincount(quarter, minlength=4)
         chi2 = ((counts - 100) ** 2 / 100).sum()
         assert chi2 < 3 + 4 * math.sqrt(6), (index, counts)
+
+
+def test_rounds_drawn_in_one_call_are_the_per_round_draws():
+    """The rounds' random bits come from one batched PRNG call (one loop to compile on CPU,
+    not one per round): the permutation is the one a call per round key gives."""
+
+    def per_round(key, n):
+        index_bits = (n - 1).bit_length()
+        low = jnp.uint32((1 << index_bits) - 1)
+        perm = jax.lax.iota(jnp.int32, n)
+        for round_key in jax.random.split(key, -(-PERMUTATION_BITS // (32 - index_bits))):
+            packed = (jax.random.bits(round_key, (n,), jnp.uint32) & ~low) | jnp.arange(
+                n, dtype=jnp.uint32
+            )
+            perm = perm[(jnp.sort(packed) & low).astype(jnp.int32)]
+        return perm
+
+    keys = jax.random.split(jax.random.key(11), 4)
+    for n in (100, 2048):
+        np.testing.assert_array_equal(
+            jax.vmap(permutation, (0, None))(keys, n), jax.vmap(per_round, (0, None))(keys, n)
+        )
