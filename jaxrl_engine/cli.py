@@ -97,12 +97,21 @@ def _resume_hint(run: Path | None) -> str:
     return f"continue with: jaxrl-engine train --resume {run}"
 
 
+def _config_first(items: list[str]) -> tuple[str | None, list[str]]:
+    """(config file or None, overrides): the first item is the config file when it is not a
+    key=value item, or when it names a YAML file (a sweep member's directory has `=` in its
+    name: `runs/lr/seed1_algo.lr=0.001/config.yaml`)."""
+    items = list(items)
+    first = items[0] if items else ""
+    if first and ("=" not in first or first.endswith((".yaml", ".yml")) or Path(first).is_file()):
+        return items.pop(0), items
+    return None, items
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxrl_engine.run.signals import raise_if_stopped
 
-    config, overrides = None, list(args.items)
-    if overrides and "=" not in overrides[0]:
-        config = overrides.pop(0)
+    config, overrides = _config_first(args.items)
     if args.resume is not None and not args.resume.strip():
         return _fail(
             "--resume needs a run directory, e.g. --resume runs/ppo_cartpole", EXIT_BAD_INPUT
@@ -188,9 +197,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    config, items = None, list(args.items)
-    if items and "=" not in items[0]:
-        config = items.pop(0)
+    config, items = _config_first(args.items)
     job = [item for item in items if item.startswith("distributed.")]  # the process's job
     if args.resume is not None and (
         config is not None or len(job) < len(items) or args.split_static
@@ -454,7 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     _add_user_verbs(verbs)
     _add_launch_verb(verbs)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # key=value items after an option (`sweep ... --split-static name=x`) are
+            # overrides as much as those before it
+            if args.verb in ("train", "sweep") and not any(e.startswith("-") for e in extra):
+                args.items = [*args.items, *extra]
+            else:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except _BadArguments as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     # A run's summary counts wall_s from the process's start; called from Python, from here.

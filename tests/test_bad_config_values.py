@@ -238,3 +238,69 @@ def test_a_message_of_many_errors_is_cut(capsys, tmp_path):
     overrides = [f"{'k' * 150}{i}=1" for i in range(30)]
     err = refused(capsys, tmp_path, overrides, "unknown config key", "more characters)")
     assert len(err) < 2100, len(err)
+
+
+# --------------------------------------------------------------- session 20: more refusals
+BOOLEAN_CASES = {
+    "a top-level int": (["seed=true"], ["'seed'", "boolean true"]),
+    "a nested int": (["env.num_envs=true"], ["'num_envs'", "boolean true"]),
+    "an algorithm float": (["algo.lr=false"], ["'lr'", "boolean false"]),
+}
+
+
+@pytest.mark.parametrize("overrides, expected", BOOLEAN_CASES.values(), ids=BOOLEAN_CASES.keys())
+def test_a_boolean_is_not_taken_for_a_number(overrides, expected, capsys, tmp_path):
+    """pydantic's lax mode would read `seed=true` as seed 1 and `env.num_envs=true` as 1 env."""
+    refused(capsys, tmp_path, overrides, *expected)
+
+
+def test_yes_no_on_off_are_words_for_a_name_and_booleans_for_a_flag():
+    """YAML 1.1 reads `off` as false: `name=off` is the name "off", `eval.deterministic=off`
+    still false."""
+    cfg = jre.load_config(None, ["name=off", "eval.deterministic=off", "progress=yes"])
+    assert cfg.name == "off" and cfg.eval.deterministic is False and cfg.progress is True
+
+
+OFF_POLICY = ["algo.name=dqn", "algo.buffer_size=1024", "total_env_steps=20480"]
+OFF_POLICY_CASES = {
+    "a batch larger than the buffer": (
+        ["algo.batch_size=4096"],
+        ["algo.batch_size=4096", "algo.buffer_size=1024"],
+    ),
+    "learning never starts": (
+        ["algo.learning_starts=100000"],
+        ["algo.learning_starts=100000", "never train"],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "overrides, expected", OFF_POLICY_CASES.values(), ids=OFF_POLICY_CASES.keys()
+)
+def test_off_policy_sizes_that_cannot_train(overrides, expected, capsys, tmp_path):
+    refused(capsys, tmp_path, [*OFF_POLICY, *overrides], *expected)
+
+
+def test_a_config_path_with_an_equals_sign_is_a_config(capsys, tmp_path):
+    """A sweep member's directory has `=` in its name (`seed1_algo.lr=0.001`): its
+    config.yaml, given first, is read as the config file, not as an override."""
+    member = tmp_path / "sweep" / "seed1_algo.lr=0.001"
+    member.mkdir(parents=True)
+    (member / "config.yaml").write_text("seed: 7\nalgo:\n  name: ppo\n  lr: 0.001\n")
+    with pytest.raises(Reached):
+        cli.main(["train", str(member / "config.yaml"), f"run_dir={tmp_path / 'runs'}"])
+    cfg = build_module.build.call_args.args[0]
+    assert cfg.seed == 7 and cfg.algo.lr == 0.001
+
+
+def test_overrides_after_an_option_are_overrides(capsys, tmp_path):
+    """`sweep ... --split-static name=x` (the README's own command) and `train ... --resume DIR
+    key=value`: the items after the option are overrides like those before it."""
+    status = cli.main(
+        ["train", "total_env_steps=2048", "--resume", str(tmp_path / "none"), "algo.lrr=1"]
+    )
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and "unrecognized arguments" not in err, err
+    status = cli.main(["sweep", "seeds=0..1", "--split-static", "algo.lrr=[1,2]"])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_BAD_INPUT and "'algo.lrr'" in err, err

@@ -12,12 +12,14 @@ by `jaxrl_engine.algos`) registers the config classes by name.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Protocol
 
 import jax
 import optax
 
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
+from jaxrl_engine.core.warm_up import ShapeMismatchError
 
 
 def adam(
@@ -36,6 +38,27 @@ def adam(
     if max_grad_norm is None:
         return adam_
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam_)
+
+
+def check_head(algo: str, what: str, out: Any, spec: EnvSpec, per_action: int = 1) -> None:
+    """Raise `ShapeMismatchError` unless `out` (a network output, `[batch, k]`) has one entry
+    per action of the env's action space (`per_action` per action dimension for a continuous
+    one, e.g. 2 for a mean and a log-std). Checked when the algorithm is traced (at `build`,
+    before any compile): a head of the wrong width would otherwise act outside the action
+    space (an argmax over 3 logits on a 2-action env) or fail with a reshape error."""
+    action = spec.action
+    if action.num_actions is not None:
+        need, space = action.num_actions, f"{action.num_actions} discrete actions"
+    else:
+        need, space = math.prod(action.shape), f"continuous actions of shape {action.shape}"
+    width = None if out is None else tuple(out.shape[1:])
+    if width != (need * per_action,):
+        per = f" ({per_action} per action dimension)" if per_action > 1 else ""
+        raise ShapeMismatchError(
+            f"phase 'rollout': the {algo} network's {what} has shape {width} per observation, "
+            f"but env '{spec.env_id}' has {space}: its {what} needs shape "
+            f"({need * per_action},){per}"
+        )
 
 
 class AlgoConfig(Protocol):

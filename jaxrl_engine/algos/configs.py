@@ -221,6 +221,11 @@ class OffPolicyConfig(Strict):
                 f"algo.buffer_size={self.buffer_size} must be a multiple of env.num_envs={n} "
                 f"and at least algo.num_steps * env.num_envs = {per_epoch} (one rollout)"
             )
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"algo.batch_size={self.batch_size} is larger than algo.buffer_size="
+                f"{self.buffer_size}: each gradient step samples its batch from the buffer"
+            )
         grad_steps = self.train_ratio * per_epoch
         if grad_steps < 1 or abs(grad_steps - round(grad_steps)) > 1e-6:
             raise ValueError(
@@ -235,6 +240,12 @@ class OffPolicyConfig(Strict):
             epochs * round(grad_steps),
         )
         run_steps = epochs * per_epoch
+        if self.learning_starts >= run_steps:
+            raise ValueError(
+                f"algo.learning_starts={self.learning_starts} >= total_env_steps="
+                f"{total_env_steps} (rounded up to {run_steps}, whole epochs): the run would "
+                "never train; lower algo.learning_starts or raise total_env_steps"
+            )
         if self.buffer_mode == "fixed" and self.buffer_size < run_steps:
             raise ValueError(
                 f"algo.buffer_mode=fixed cannot hold the run: algo.buffer_size={self.buffer_size}"

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.base import adam, check_head
 from jaxrl_engine.algos.configs import DQNConfig as DQNConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
 from jaxrl_engine.buffers import replay as replay_buffer
@@ -91,7 +91,9 @@ def dqn(
 
     def q_values(params: Any, obs: jax.Array) -> jax.Array:
         """obs: [batch, *obs_shape] -> f32[batch, num_actions]."""
-        return network.apply(params, obs.astype(jnp.float32))  # type: ignore[no-any-return]
+        q = network.apply(params, obs.astype(jnp.float32))
+        check_head("DQN", "Q-value head", q, spec)
+        return q  # type: ignore[no-any-return]
 
     def init(key: jax.Array, hp: DQNHParams) -> DQNState:
         params = network.init(key, jnp.zeros((1, *spec.obs_shape), jnp.float32))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.base import adam, check_head
 from jaxrl_engine.algos.configs import PPOConfig as PPOConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.configs import TorchPolicyConfig as TorchPolicyConfig
 from jaxrl_engine.algos.configs import minibatch_size
@@ -31,6 +31,7 @@ from jaxrl_engine.algos.networks import (
 from jaxrl_engine.algos.normalize import RunningMeanStd
 from jaxrl_engine.buffers.rollout import Transition, permutation
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
+from jaxrl_engine.core.warm_up import ShapeMismatchError
 
 # The critic's values V(obs) are computed after the rollout, in one batched pass with
 # V(next_obs), not per step inside the rollout loop, where every op costs a dispatch per step
@@ -150,6 +151,12 @@ def ppo(
         head, log_std, value = dist(
             params["net"], normalize(params["obs_norm"], obs, normalize_obs)
         )
+        check_head("PPO", "policy head (logits)" if discrete else "policy mean", head, spec)
+        if not discrete and log_std is None:
+            raise ShapeMismatchError(
+                f"phase 'rollout': the PPO network gives no log-std (a network built for "
+                f"discrete actions?), but env '{spec.env_id}' has continuous actions"
+            )
         if discrete:
             action = (
                 jnp.argmax(head, -1) if deterministic else jax.random.categorical(key, head)

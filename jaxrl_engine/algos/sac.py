@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.base import adam, check_head
 from jaxrl_engine.algos.configs import SACConfig as SACConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.networks import MLP
 from jaxrl_engine.algos.off_policy import (
@@ -176,6 +176,7 @@ def sac(
 
     def policy(actor_params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = actor.apply(actor_params, obs.astype(jnp.float32))
+        check_head("SAC", "actor output (mean and log-std)", out, spec, per_action=2)
         mean, log_std = jnp.split(out, 2, -1)  # type: ignore[arg-type]
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam
+from jaxrl_engine.algos.base import adam, check_head
 from jaxrl_engine.algos.configs import TD3Config as TD3Config  # re-exported (no JAX)
 from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
 from jaxrl_engine.algos.sac import ActionScale, twin_critic_init, twin_q
@@ -98,7 +98,9 @@ def td3(
 
     def policy(actor_params: Any, obs: jax.Array) -> jax.Array:
         """obs [batch, *obs_shape] -> deterministic action in [-1, 1], f32[batch, action_dim]."""
-        return jnp.tanh(actor.apply(actor_params, obs.astype(jnp.float32)))  # type: ignore[arg-type]
+        out = actor.apply(actor_params, obs.astype(jnp.float32))
+        check_head("TD3", "actor output", out, spec)
+        return jnp.tanh(out)  # type: ignore[arg-type]
 
     def init(key: jax.Array, hp: TD3HParams) -> TD3State:
         k_actor, k_critic = jax.random.split(key)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from jaxrl_engine.core.batching import one_key_at_a_time
@@ -35,7 +36,9 @@ from jaxrl_engine.core.state import (
     EpisodeStats,
     Metrics,
     Phase,
+    check_hparams,
     hparams_arrays,
+    strong_types,
 )
 from jaxrl_engine.core.timing import Timer, timed
 from jaxrl_engine.core.warm_up import check_shapes, compile_phase
@@ -43,6 +46,70 @@ from jaxrl_engine.core.warm_up import check_shapes, compile_phase
 # The driver runs the epochs between two evaluations (or checkpoints) as one compiled call, as
 # Brax's training loop does; at most this many, so progress and Ctrl-C stay responsive.
 MAX_EPOCHS_PER_CALL = 64
+
+
+def _strongly_typed(phase: Phase) -> Phase:
+    """`phase` returning its state strongly typed (`strong_types`)."""
+
+    @functools.wraps(phase)
+    def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
+        state, metrics = phase(state)
+        return strong_types(state), metrics
+
+    return wrapped
+
+
+def check_not_donated(where: str, args: Any) -> None:
+    """A clear error for a state used after it was donated (instead of XLA's "Array has been
+    deleted" or "Buffer has been deleted or donated")."""
+
+    def deleted(x: Any) -> bool:
+        try:
+            return bool(x.is_deleted())
+        except Exception:  # not an array, or a tracer (inside a user's jit)
+            return False
+
+    if any(deleted(x) for x in jax.tree.leaves(args)):
+        raise ValueError(
+            f"{where}: the state passed was donated to an earlier call (engine.epoch, "
+            "engine.epochs and engine.run consume the state they are given) and no longer "
+            "exists: use the state that call returned, or a fresh engine.init(key)"
+        )
+
+
+class Program:
+    """One of the engine's jitted functions (`engine.epoch`, `engine.rollout`, ...): it runs
+    `warm_up`'s executable for it once there is one, so that calling it after `warm_up`
+    compiles nothing, and the jit otherwise (before `warm_up`, or for arguments the executable
+    was not compiled for: another shape, placement or a traced call). `lower` and the rest are
+    the jit's."""
+
+    def __init__(self, name: str, jitted: Any, executables: Mapping[str, Any]):
+        self.name, self.jitted, self._executables = name, jitted, executables
+        functools.update_wrapper(self, jitted)
+
+    def __call__(self, *args: Any) -> Any:
+        executable = self._executables.get(self.name)
+        if executable is not None:
+            try:
+                if self.name == "epochs":  # compiled for an int32[] epoch count
+                    return executable(args[0], *(np.asarray(a, np.int32) for a in args[1:]))
+                return executable(*args)
+            except (TypeError, ValueError):
+                # Arguments it was not compiled for: refused before anything ran (nothing
+                # donated); the jit compiles for them, or raises the error itself.
+                check_not_donated(f"engine.{self.name}", args)
+            except RuntimeError:
+                check_not_donated(f"engine.{self.name}", args)
+                raise
+        try:
+            return self.jitted(*args)
+        except (RuntimeError, ValueError):
+            check_not_donated(f"engine.{self.name}", args)
+            raise
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.jitted, attr)
 
 
 class Driver(Protocol):
@@ -139,16 +206,18 @@ class Engine:
             self.phase_hooks[name].extend(user_hooks)
         # Pure, hooked phases (callable inside a user's own jit) and their jitted versions.
         self.pure_phases: dict[str, Phase] = {
-            name: chain(*self.phase_hooks[name])(self.raw_phases[name]) for name in PHASES
+            name: _strongly_typed(chain(*self.phase_hooks[name])(self.raw_phases[name]))
+            for name in PHASES
         }
-        self.rollout = jax.jit(self.pure_phases["rollout"])
-        self.evaluate = jax.jit(self.pure_phases["evaluate"])
-        self.update_dataset = jax.jit(self.pure_phases["update_dataset"])
-        self.train = jax.jit(self.pure_phases["train"])
-        self.sync_weights = jax.jit(self.pure_phases["sync_weights"])
+        program = functools.partial(Program, executables=self._compiled)
+        self.rollout = program("rollout", jax.jit(self.pure_phases["rollout"]))
+        self.evaluate = program("evaluate", jax.jit(self.pure_phases["evaluate"]))
+        self.update_dataset = program("update_dataset", jax.jit(self.pure_phases["update_dataset"]))
+        self.train = program("train", jax.jit(self.pure_phases["train"]))
+        self.sync_weights = program("sync_weights", jax.jit(self.pure_phases["sync_weights"]))
         # The epoch after its rollout, fused: what a learner runs while an actor collects the
         # next rollout (`run/overlap.py`).
-        self.learn = jax.jit(self.pure_learn)
+        self.learn = program("learn", jax.jit(self.pure_learn))
 
         self.state_shape = jax.eval_shape(self._init, jax.random.key(0), algorithm.hparams)
         host_paths = OFFLOADED_BETWEEN_EPOCHS if offload else ()
@@ -157,19 +226,25 @@ class Engine:
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
         # donates nothing; the driver drops the old state, which frees it just the same.
         donate = () if offload else 0
-        self.epoch = jax.jit(
-            self.pure_epoch,
-            donate_argnums=donate,
-            in_shardings=(self.state_sharding,),
-            out_shardings=(self.state_sharding, None),
+        self.epoch = program(
+            "epoch",
+            jax.jit(
+                self.pure_epoch,
+                donate_argnums=donate,
+                in_shardings=(self.state_sharding,),
+                out_shardings=(self.state_sharding, None),
+            ),
         )
         # Several epochs per compiled call (the driver's default; see `pure_epochs`).
         self.epochs_per_call = max(1, min(eval_interval, num_epochs, MAX_EPOCHS_PER_CALL))
-        self.epochs = jax.jit(
-            self.pure_epochs,
-            donate_argnums=donate,
-            in_shardings=(self.state_sharding, None),
-            out_shardings=(self.state_sharding, None, None),
+        self.epochs = program(
+            "epochs",
+            jax.jit(
+                self.pure_epochs,
+                donate_argnums=donate,
+                in_shardings=(self.state_sharding, None),
+                out_shardings=(self.state_sharding, None, None),
+            ),
         )
         # Memory kinds are applied by device_put after init: XLA may hand two equal outputs
         # (train params and their acting copy) one buffer, which a host out_sharding rejects.
@@ -201,17 +276,19 @@ class Engine:
             lambda: algo.update_dataset(train_state, buffer, k_run, hparams)[1]
         )
         batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shape)
-        return EngineState(
-            train=train_state,
-            eval_params=acting,
-            eval_version=jnp.zeros((), jnp.int32),
-            env=env,
-            buffer=buffer,
-            batch=batch,
-            rng=k_run,
-            counters=Counters.zeros(),
-            stats=stats,
-            hparams=hparams,
+        return strong_types(
+            EngineState(
+                train=train_state,
+                eval_params=acting,
+                eval_version=jnp.zeros((), jnp.int32),
+                env=env,
+                buffer=buffer,
+                batch=batch,
+                rng=k_run,
+                counters=Counters.zeros(),
+                stats=stats,
+                hparams=hparams,
+            )
         )
 
     def init_pure(self, key: jax.Array, hparams: Any = None) -> EngineState:
@@ -224,12 +301,16 @@ class Engine:
     def init(self, key: jax.Array, hparams: Any = None) -> EngineState:
         """A fresh state for `key` (and `hparams`, default the algorithm's), placed on the mesh
         (env batch sharded, params replicated)."""
+        if hparams is not None:  # Python numbers become f32 here, before the jit sees them
+            check_hparams(hparams, self.hparams, "engine.init", scalars=True)
+            hparams = hparams_arrays(hparams)
         state = self._init_jit(key, self.hparams if hparams is None else hparams)
         return jax.device_put(state, self.state_sharding) if self.offload else state
 
     def with_hparams(self, state: EngineState, hparams: Any) -> EngineState:
         """`state` carrying `hparams` (placed like the state's): what the phases train with
         from here on."""
+        check_hparams(hparams, self.hparams, "engine.with_hparams")
         placed = jax.device_put(hparams_arrays(hparams), self.state_sharding.hparams)
         return state.replace(hparams=placed)
 
@@ -353,7 +434,7 @@ class Engine:
     def call(self, name: str, state: EngineState, *args: Any) -> Any:
         """Run one compiled phase, 'epoch' or 'epochs' (`call("epochs", state, n)`); uses
         warm_up's executable when there is one."""
-        fn = self._compiled.get(name) or getattr(self, name)
+        fn = self._compiled.get(name) or getattr(self, name).jitted
         if name == "epochs":
             args = tuple(jnp.asarray(a, jnp.int32) for a in args)
         return fn(state, *args)
@@ -376,4 +457,5 @@ class Engine:
                 "this Engine has no driver: build it with jre.build(cfg), or pass "
                 "driver=jre.Driver(...) to Engine(...)"
             )
+        check_not_donated("engine.run", state)
         return self.driver.run(self, state, **kwargs)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxrl_engine.core.protocols import Metrics
@@ -94,7 +96,45 @@ def set_path(tree: Any, path: str, value: Any) -> Any:
     return tree.replace(**{head: new})
 
 
+def strong_types(tree: Any) -> Any:
+    """`tree` with every weakly typed leaf made strongly typed (same dtype). Applied to the
+    state each phase returns and to `init`'s: a state's signature is then the same before and
+    after any phase, so a jitted phase or epoch is not compiled a second time for the state
+    it returned (gymnax's `time + 1` and a `done | False` are weakly typed)."""
+    return jax.tree.map(
+        lambda x: jax.lax.convert_element_type(x, x.dtype) if jax.typeof(x).weak_type else x,
+        tree,
+    )
+
+
+def check_hparams(hparams: Any, like: Any, where: str, scalars: bool = False) -> None:
+    """`hparams` has the structure of `like` (the algorithm's hyperparameters) and a number in
+    every field, else a ValueError naming the field; with `scalars`, concrete values must be
+    scalars (one setting: a stacked sweep goes through `jax.vmap` or `jre.sweep`)."""
+    if type(hparams) is not type(like):
+        raise ValueError(
+            f"{where}: hparams must be a {type(like).__name__} (this engine's algorithm's "
+            f"hyperparameters, e.g. engine.hparams.replace(lr=...)), not a "
+            f"{type(hparams).__name__}"
+        )
+    for field in dataclasses.fields(like):
+        value = getattr(hparams, field.name)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number | jax.Array):
+            raise ValueError(f"{where}: hparams.{field.name} is {value!r}: a number is needed")
+        if scalars and not isinstance(value, jax.core.Tracer) and np.ndim(value) != 0:
+            raise ValueError(
+                f"{where}: hparams.{field.name} has shape {np.shape(value)}: one setting takes "
+                "scalars (several settings: jax.vmap(engine.init)(keys, stacked) or jre.sweep)"
+            )
+
+
 def hparams_arrays(hparams: Any) -> Any:
     """`hparams` with every leaf a (not weakly typed) array: Python floats become f32[], so
     the state's signature is the same whether the values came from a config or a sweep."""
-    return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), hparams)
+
+    def array(x: Any) -> jax.Array:
+        if isinstance(x, int) and not isinstance(x, bool):  # gamma=1: a float, not an int32
+            return jnp.asarray(x, jnp.float32)
+        return jnp.asarray(x, jnp.asarray(x).dtype)
+
+    return jax.tree.map(array, hparams)

@@ -8,6 +8,8 @@ user deploys, not the training code. The env is the run's evaluation env (`env.i
 
 from __future__ import annotations
 
+import struct
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError
 from jaxrl_engine.io.config import load_config
+
+EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
 
 
 def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dict[str, Any]:
@@ -35,26 +39,40 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
         raise ValueError(f"episodes={episodes}: need at least one")
     # `loggers` may name wandb, which evaluating does not need installed.
     cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
+    # Episodes run in rounds of at most EVAL_BATCH envs at once (memory stays bounded).
+    batch = min(episodes, EVAL_BATCH)
     env: Any
-    if cfg.env.host:  # a host env: one evaluation env per episode
-        env = host_env(cfg, 1, episodes)
+    if cfg.env.host:  # a host env: one evaluation env per episode of a round
+        env = host_env(cfg, 1, batch)
         env_params = env.eval_set(cfg.eval.env_params)
     else:  # gymnax or Brax: stepped inside the jitted evaluation
         env = make_jax_env(cfg.env.suite, cfg.env.id, cfg.env.params)
         env_params = env.with_params(env.params, cfg.eval.env_params)
-    exported = jax.export.deserialize(bytearray((policy / "act.jaxexport").read_bytes()))
-    with np.load(policy / "params.npz") as data:
-        params = {name: data[name] for name in data.files}
+    try:
+        exported = jax.export.deserialize(bytearray((policy / "act.jaxexport").read_bytes()))
+        with np.load(policy / "params.npz") as data:
+            params = {name: data[name] for name in data.files}
+    except (OSError, ValueError, TypeError, struct.error, zipfile.BadZipFile) as e:
+        raise ExportError(
+            f"{policy} does not hold a readable exported policy ({type(e).__name__}: {e}); "
+            "re-export it from a checkpoint with `jaxrl-engine export --checkpoint "
+            f"{run_dir}`"
+        ) from None
 
     @jax.jit
     def run(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         return evaluate_episodes(
-            env, env_params, lambda obs, _: exported.call(params, obs), episodes, key
+            env,
+            env_params,
+            lambda obs, _: exported.call(params, obs),
+            batch,
+            key,
+            episodes if episodes > batch else None,
         )
 
     returns, lengths = (np.asarray(x) for x in run(params, jax.random.key(seed)))
     return {
-        "run_dir": str(run_dir),
+        "run_dir": str(run_dir.absolute()),
         "env_id": env.id_of(env_params) if cfg.env.host else cfg.env.id,
         "episodes": episodes,
         "seed": seed,

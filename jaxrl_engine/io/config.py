@@ -653,6 +653,10 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         value = _load_yaml(raw, f"the value of override {_short(key)}") if raw else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+        # YAML 1.1's yes/no/on/off: kept as written, so `name=off` is the name "off" (a
+        # boolean key still takes it: pydantic reads "off" as false)
+        value = raw.strip()
     if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
         with contextlib.suppress(ValueError):
             value = float(value)

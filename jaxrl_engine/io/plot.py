@@ -53,7 +53,12 @@ def read_run(path: str | Path) -> Run:
     if not metrics.is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl")
     config_file = path / "config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    try:
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"{config_file} is not a readable config ({type(e).__name__})") from None
+    if not isinstance(config, dict | None):
+        raise ValueError(f"{config_file} is not a config: it holds a {type(config).__name__}")
     records = []
     for line in metrics.read_text().splitlines():
         try:

@@ -9,9 +9,9 @@ float32.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -44,6 +44,24 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     uint32_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, data: Any) -> Any:
+        """`seed=true` or `env.num_envs: yes` is refused, not read as 1 (pydantic's lax mode
+        takes a boolean for an int or a float)."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if field is None or not isinstance(value, bool):
+                    continue
+                annotation = field.annotation
+                kinds = set(get_args(annotation)) if get_origin(annotation) else {annotation}
+                if bool not in kinds and kinds & {int, float}:
+                    raise ValueError(
+                        f"key '{key}' needs a number, not the boolean {str(value).lower()}"
+                    )
+        return data
 
     @field_validator("*", mode="after")
     @classmethod

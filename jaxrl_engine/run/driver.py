@@ -73,6 +73,15 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"{signame}: stopped after epoch {epoch}{where}")
 
 
+def placed_as(state: EngineState, sharding: Any) -> EngineState:
+    """`state` on `sharding` (the compiled epochs' input placement), moved only where a leaf
+    is elsewhere: a user's hook on `evaluate` may leave params offloaded (`offload_after`)."""
+    leaves, target = jax.tree.leaves(state), jax.tree.leaves(sharding)
+    if all(x.sharding == s for x, s in zip(leaves, target, strict=True)):
+        return state
+    return jax.device_put(state, sharding)  # type: ignore[no-any-return]
+
+
 class Driver:
     """Runs an engine for a config: `state, summary = Driver(cfg).run(engine, state)`.
 
@@ -264,10 +273,12 @@ class Driver:
         if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
             with _host_errors(engine):
                 state, eval_metrics = engine.timed_call("evaluate", state)
+                state = placed_as(state, engine.state_sharding)
             rows[-1] = {**rows[-1], **to_host(eval_metrics)}
         # An epoch's wall_s: the epochs of one compiled call run back to back, so each gets an
         # equal share of the call (the last one also its evaluation), not the call's end time.
-        start_s, call_s = began - run.wall_start, time.perf_counter() - began
+        start_s = run.wall_offset + began - run.wall_start
+        call_s = time.perf_counter() - began
         records: list[Record] = []
         for i, metrics in enumerate(rows):
             wall_s = start_s + call_s * (i + 1) / len(rows)
@@ -302,7 +313,9 @@ class Driver:
     ) -> None:
         """Write the failing batch and the summary, keep the checkpoints, raise `error`."""
         batch = write_failing_batch(run.out, state, metrics, error.epoch)
-        self._end(run, state, hooks, "non_finite", error=str(error), failing_batch=str(batch))
+        self._end(
+            run, state, hooks, "non_finite", error=str(error), failing_batch=str(batch.absolute())
+        )
         error.summary = run.summary
         error.add_note(
             f"failing batch: {batch}; last good checkpoint: {run.summary['checkpoint']} "

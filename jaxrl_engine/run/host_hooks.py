@@ -66,6 +66,9 @@ class RunInfo:
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     resume_from: int | None = None  # the checkpoint epoch the user chose (`--from-checkpoint`)
     restored_metrics: list[str] | None = None  # the records of the checkpoint at `first`
+    # The records' wall_s counts on from a resumed run's last record: wall time over the
+    # run's whole life, so its curves never run backwards in time
+    wall_offset: float = 0.0
 
     @property
     def steps_per_second(self) -> float | None:
@@ -138,6 +141,10 @@ class Logging(HostHook):
 
     def start(self, run: RunInfo) -> None:
         run.metrics_lines = run.out.open_logs(run.first, run.restored_metrics)
+        if run.metrics_lines:
+            last_wall = json.loads(run.metrics_lines[-1]).get("wall_s")
+            if isinstance(last_wall, int | float) and math.isfinite(last_wall):
+                run.wall_offset = float(last_wall)
         for line in reversed(run.metrics_lines):  # a resumed run's last evaluation so far
             value = json.loads(line).get("evaluate/episode_return")
             if isinstance(value, int | float):

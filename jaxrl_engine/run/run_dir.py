@@ -111,7 +111,7 @@ class RunDir:
     writer: False in the other processes of a multi-process run (process 0 writes): the
     directory is read, never locked or written (logs and the summary are not written)."""
 
-    def __init__(self, root: str | Path, cfg: Config, writer: bool = True):
+    def __init__(self, root: str | Path, cfg: Config, writer: bool = True, kind: str = "train"):
         self.path, self.cfg, self.writer = Path(root), cfg, writer
         self._metrics: Any = None
         self._backends: list[Any] = []
@@ -128,6 +128,7 @@ class RunDir:
         self.lock.acquire()
         try:
             check_no_symlinks(self.path)
+            check_kind(self.path, kind)
         except BaseException:
             self.release()
             raise
@@ -141,6 +142,9 @@ class RunDir:
         if not self.writer:
             return restored if restored is not None else read_metrics_lines(path)
         atomic_write(self.path / "config.yaml", dump_config(self.cfg))
+        if first == 0:  # a fresh run (or one started over): no TensorBoard events of another
+            for old in self.path.glob("events.out.tfevents.*"):
+                old.unlink()
         if restored is None:
             restored = [
                 line
@@ -226,6 +230,23 @@ class RunDir:
             moved.append(target)
         sync_processes("discarded_checkpoints")
         return moved
+
+
+def check_kind(path: Path, kind: str) -> None:
+    """Refuse (`RunDirError`) a train into a sweep's directory (it holds `sweep.json`) and a
+    sweep into a train run's (it holds `metrics.jsonl`): either would overwrite the other's
+    summary and mix their files."""
+    other, marker, verb = (
+        ("sweep", "sweep.json", "sweep")
+        if kind == "train"
+        else ("train run", "metrics.jsonl", "train")
+    )
+    if (path / marker).is_file():
+        raise RunDirError(
+            f"{str(path)!r} is a {other}'s directory (it holds {marker}), not a {kind}'s: "
+            f"continue it with `jaxrl-engine {verb} --resume {path}`, or choose another name= "
+            "(or delete it)"
+        )
 
 
 def read_metrics_lines(path: Path) -> list[str]:

@@ -172,7 +172,7 @@ class SweepDriver:
         self.wall_start = time.perf_counter()
         # The sweep's lock, no symlinks anywhere inside; in a multi-process job process 0
         # writes the directory (the others read it and join the checkpoints and gathers).
-        out = RunDir(self.root, self.cfg, writer=self.primary)
+        out = RunDir(self.root, self.cfg, writer=self.primary, kind="sweep")
         show = SweepProgress((self.cfg.progress if progress is None else progress) and self.primary)
         interrupted: TrainingInterrupted | None = None
         checkpoints: list[Checkpointer | None] = []
@@ -185,9 +185,10 @@ class SweepDriver:
                 ]
                 if self.primary:
                     atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
+                trained = False
                 for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
                     try:
-                        self._run_group(group, chk, start, num_epochs, show)
+                        trained |= self._run_group(group, chk, start, num_epochs, show)
                     except TrainingInterrupted as e:
                         interrupted = e
                         break
@@ -196,6 +197,10 @@ class SweepDriver:
                 for chk in checkpoints:
                     if chk is not None:
                         chk.close()
+            finished = out.read_summary() if resume and not trained and not interrupted else None
+            if finished is not None and finished.get("status") == "completed":
+                # every group was finished already: its summary stands, nothing is rewritten
+                return {**finished, "table": self.table(finished)}
             summary = self._finish("interrupted" if interrupted else "completed")
             out.write_summary(summary)
         finally:
@@ -254,8 +259,9 @@ class SweepDriver:
         start: tuple[int, dict[str, str]],
         num_epochs: int | None,
         show: SweepProgress,
-    ) -> None:
-        """Train one group to `num_epochs`; write its members' summaries (and policies)."""
+    ) -> bool:
+        """Train one group to `num_epochs`; write its members' summaries (and policies).
+        False when the group was finished already (nothing trained, nothing written)."""
         programs, engine = group.programs, group.programs.engine
         first, failed = start
         total = engine.num_epochs if num_epochs is None else num_epochs
@@ -268,7 +274,7 @@ class SweepDriver:
                 f"{total}); its members are unchanged",
                 file=sys.stderr,
             )
-            return
+            return False
         if first == 0 and checkpoints is not None and checkpoints.latest() is not None:
             print(
                 f"jaxrl-engine: {self.root} held a finished sweep; starting {group.label} over "
@@ -297,6 +303,7 @@ class SweepDriver:
         finally:
             for run in runs:
                 run.out.close()
+        return True
 
     def _train(
         self,
@@ -426,7 +433,7 @@ class SweepDriver:
                 "wall_s": time.perf_counter() - self.wall_start,
                 "run_dir": str(run.out.path.absolute()),
                 "checkpoint": None if checkpoint is None else str(checkpoint),
-                "sweep": str(self.root),
+                "sweep": str(self.root.absolute()),
                 "seed": member.seed,
                 "settings": member.settings,
                 **({"error": run.error} if run.error else {}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import jax
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from tests.conftest import small_config
+from tests.conftest import SMALL, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,6 +148,123 @@ def test_warm_up_compiles_every_phase_and_reports_costs(small_cfg):
     assert leaves_equal(before, key_data(state))
 
 
+class _Compiles(logging.Handler):
+    """The names of the programs jax compiles while installed (`jax.log_compiles`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Compiling "):
+            self.names.append(message.split()[1])
+
+    def __enter__(self):
+        self._log = jax.log_compiles()
+        self._log.__enter__()
+        logging.getLogger("jax").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("jax").removeHandler(self)
+        self._log.__exit__(*exc)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_an_epoch_or_phase_compiles_once_for_the_states_it_returns(tmp_path, algo):
+    """A phase's output state has its input's signature (no weakly typed leaf, e.g. gymnax's
+    `time + 1`): calling `engine.epoch` or a phase on what it returned compiles nothing."""
+    if algo == "dqn":
+        dqn = ["algo.name=dqn", "algo.buffer_size=256", "algo.batch_size=16"]
+        overrides = [*(o for o in SMALL if not o.startswith("algo.")), *dqn]
+        cfg = jre.load_config(None, [*overrides, "algo.learning_starts=0", f"run_dir={tmp_path}"])
+    else:
+        cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    weak = [
+        jax.tree_util.keystr(p)
+        for p, x in jax.tree_util.tree_leaves_with_path(state)
+        if jax.typeof(x).weak_type
+    ]
+    assert weak == []
+    with _Compiles() as compiles:
+        for _ in range(3):
+            state, _ = engine.epoch(state)
+        for name in ("rollout", "update_dataset", "train", "sync_weights"):
+            for _ in range(2):
+                state, _ = getattr(engine, name)(state)
+    assert compiles.names.count("jit(pure_epoch)") == 1, compiles.names
+    assert len(compiles.names) == 5, compiles.names  # the epoch and each of the four phases
+
+
+def test_calls_after_warm_up_run_its_executables(small_cfg):
+    """`warm_up` then `engine.epoch` / `epochs` / each phase (the README's order) compiles
+    nothing more; inside a user's jit the phases are traced as before."""
+    engine = jre.build(small_cfg)
+    state = engine.warm_up(engine.init(jax.random.key(0)))
+    with _Compiles() as compiles:
+        state, _ = engine.epoch(state)
+        state, _, done = engine.epochs(state, 2)
+        for name in ("rollout", "update_dataset", "train", "sync_weights"):
+            state, _ = getattr(engine, name)(state)
+        engine.evaluate(state)
+    assert compiles.names == [] and int(done) == 2
+    loss = jax.jit(lambda s: engine.train(s)[1]["train/loss"])(state)
+    assert np.isfinite(loss)
+    # A donated state is named as such, not as XLA's "Array has been deleted".
+    old = state
+    state, _ = engine.epoch(old)
+    with pytest.raises(ValueError, match="donated to an earlier call"):
+        engine.epoch(old)
+    with pytest.raises(ValueError, match=r"engine\.run: the state passed was donated"):
+        engine.run(old)
+
+
+@pytest.mark.parametrize(
+    "env_id, action_dim, discrete, fragment",
+    [
+        (
+            "CartPole-v1",
+            3,
+            True,
+            "logits) has shape (3,) per observation, but env 'CartPole-v1' has 2 discrete actions",
+        ),
+        (
+            "Pendulum-v1",
+            2,
+            False,
+            "policy mean has shape (2,) per observation, but env "
+            "'Pendulum-v1' has continuous actions of shape (1,)",
+        ),
+        ("Pendulum-v1", 1, True, "gives no log-std"),
+    ],
+)
+def test_a_network_head_that_does_not_fit_the_action_space_is_refused_at_build(
+    tmp_path, env_id, action_dim, discrete, fragment
+):
+    """A head of the wrong width would act outside the action space (an argmax over 3 logits
+    sends action 2 to a 2-action CartPole) or fail with a reshape error: refused when the
+    engine is built, naming the network's output and the env's actions."""
+    from jaxrl_engine.algos.networks import ActorCritic
+    from jaxrl_engine.algos.ppo import ppo
+
+    cfg = small_config(f"env.id={env_id}", tmp_path=tmp_path)
+    spec = jre.build(cfg).spec
+    algo = ppo(
+        ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=(16, 16)),
+        spec,
+        num_envs=4,
+        num_steps=16,
+        num_epochs=4,
+        hparams=jre.hparams(cfg),
+    )
+    with pytest.raises(jre.ShapeMismatchError) as e:
+        jre.build(cfg, algorithm=algo)
+    assert fragment in str(e.value) and "phase 'rollout'" in str(e.value)
+
+
 def test_warm_up_names_phase_and_both_shapes_when_policy_and_env_disagree(small_cfg, tmp_path):
     engine = jre.build(small_cfg)  # CartPole: obs (4,)
     acrobot = jre.build(small_config("env.id=Acrobot-v1", tmp_path=tmp_path))  # obs (6,)
@@ -257,3 +375,28 @@ def test_vmapped_init_does_not_hang_when_called_many_times():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=180
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+
+
+def test_hparams_given_to_init_or_with_hparams_are_checked(small_cfg):
+    """Another algorithm's hyperparameters, a missing value, or a stacked sweep where one
+    setting is expected: a ValueError naming the field, before anything is compiled. A Python
+    int becomes a float (gamma=1 is not an int32 leaf, which would compile again)."""
+    from jaxrl_engine.algos.dqn import DQNHParams
+
+    engine, key = jre.build(small_cfg), jax.random.key(0)
+    hp = jre.hparams(small_cfg)
+    stacked = jax.tree.map(lambda a: jnp.stack([jnp.float32(a)] * 2), hp)
+    for call, message in [
+        (lambda: engine.init(key, DQNHParams()), "must be a PPOHParams"),
+        (lambda: engine.init(key, hp.replace(lr=None)), "hparams.lr is None"),
+        (lambda: engine.init(key, stacked), "hparams.lr has shape (2,)"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert message in str(e.value)
+    state = engine.init(key, hp.replace(gamma=1))
+    assert state.hparams.gamma.dtype == jnp.float32 and float(state.hparams.gamma) == 1.0
+    with pytest.raises(ValueError, match="must be a PPOHParams"):
+        engine.with_hparams(state, DQNHParams())
+    lrs = jax.vmap(engine.init)(jax.random.split(key, 2), stacked).hparams.lr
+    assert lrs.shape == (2,)

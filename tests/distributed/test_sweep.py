@@ -163,6 +163,11 @@ def test_resume_equals_the_uninterrupted_sweep(swept, tmp_path):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         assert without_wall(records(ours)) == without_wall(records(theirs))
     assert (tmp_path / "grid" / "sweep.csv").read_text() == (root / "sweep.csv").read_text()
+    # Resuming the finished sweep again returns its summary and rewrites nothing.
+    stored = (tmp_path / "grid" / "summary.json").read_text()
+    again = jre.resume_sweep(tmp_path / "grid")
+    assert (tmp_path / "grid" / "summary.json").read_text() == stored
+    assert {k: v for k, v in again.items() if k != "table"} == json.loads(stored)
 
 
 def test_a_static_key_in_the_grid_is_refused_naming_it(tmp_path):

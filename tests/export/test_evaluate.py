@@ -61,3 +61,36 @@ def test_eval_without_a_policy_exits_2(tmp_path, capsys):
         evaluate_run(tmp_path)
     assert cli.main(["eval", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no exported policy" in capsys.readouterr().err
+
+
+def test_many_episodes_run_in_rounds_of_bounded_size(run, monkeypatch):
+    """More episodes than `EVAL_BATCH` run in rounds (memory stays bounded): with rounds of
+    4, 10 episodes are the first 10 of rounds of fresh episodes, and `run_dir` is absolute."""
+    import jaxrl_engine.export.evaluate as evaluate_module
+
+    engine, state, run_dir = run
+    monkeypatch.setattr(evaluate_module, "EVAL_BATCH", 4)
+    stats = evaluate_run(run_dir, episodes=10, seed=5)
+    env_params = GymnaxEnv.with_params(engine.env_params, {"gravity": 12.0})
+    act = acting_function(engine)
+    returns, _ = jax.jit(
+        lambda p, k: evaluate_episodes(engine.env, env_params, lambda o, _: act(p, o), 4, k, 10)
+    )(state.eval_params, jax.random.key(5))
+    assert stats["episodes"] == 10 and returns.shape == (10,)
+    assert stats["return_mean"] == pytest.approx(float(returns.mean()))
+    assert stats["run_dir"] == str(run_dir.absolute())
+
+
+def test_a_truncated_exported_policy_exits_2_naming_it(run, tmp_path, capsys):
+    import shutil
+
+    _, _, run_dir = run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    exported = copy / "policy" / "act.jaxexport"
+    exported.write_bytes(exported.read_bytes()[:100])
+    with pytest.raises(ExportError, match="does not hold a readable exported policy"):
+        evaluate_run(copy)
+    assert cli.main(["eval", str(copy)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "export --checkpoint" in err

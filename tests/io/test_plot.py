@@ -133,6 +133,16 @@ def test_cli_plot_rejects_a_directory_without_metrics(tmp_path, capsys):
     assert "no metrics.jsonl" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("config", ["garbage: [", "- a list\n", "\xff\xfe"])
+def test_cli_plot_rejects_a_run_whose_config_is_not_a_config(tmp_path, capsys, config):
+    """A run directory is data: a broken config.yaml is exit 2 naming it, not a traceback."""
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "env_steps": 8, "wall_s": 1.0}\n')
+    (tmp_path / "config.yaml").write_bytes(config.encode("latin-1"))
+    assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "config.yaml" in err and "Traceback" not in err
+
+
 def write_reference(path, points, label="Brax ppo.train"):
     path.write_text(json.dumps({"label": label, "curve": points}))
     return path

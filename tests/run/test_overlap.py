@@ -228,6 +228,7 @@ def test_off_policy_overlap_keeps_the_rollout_nan_guard(tmp_path):
             *DQN[:1],
             "algo.learning_starts=16",
             "algo.buffer_size=64",
+            "algo.batch_size=32",
             *OVERLAP,
             f"run_dir={tmp_path}",
         ],

@@ -18,7 +18,7 @@ import pytest
 import jaxrl_engine as jre
 from jaxrl_engine import cli
 from jaxrl_engine.io.files import RunDirError, strict_json
-from jaxrl_engine.run.run_dir import LOCK_FILE, RunLock
+from jaxrl_engine.run.run_dir import LOCK_FILE, RunDir, RunLock
 from tests.conftest import SMALL, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,3 +250,43 @@ def test_from_checkpoint_continues_an_older_checkpoint_and_sets_the_later_ones_a
     ]
     assert cli.main(["train", "--resume", str(run_copy), "--from-checkpoint", "3"]) == 2
     assert "no checkpoint of epoch 3" in capsys.readouterr().err
+
+
+def test_a_train_and_a_sweep_do_not_share_a_directory(run_copy, tmp_path):
+    """A train into a sweep's directory (it holds sweep.json) and a sweep into a train run's
+    (it holds metrics.jsonl) are refused before anything in it changes: either would replace
+    the other's summary.json and mix their files."""
+    cfg = small_config(f"run_dir={tmp_path}", "loggers=[jsonl]")
+    sweep_dir = tmp_path / "a_sweep"
+    sweep_dir.mkdir()
+    (sweep_dir / "sweep.json").write_text("{}")
+    with pytest.raises(RunDirError, match=r"sweep's directory .*sweep --resume"):
+        RunDir(sweep_dir, cfg)
+    before = snapshot(run_copy)
+    with pytest.raises(RunDirError, match=r"train run's directory .*train --resume"):
+        RunDir(run_copy, cfg, kind="sweep")
+    assert snapshot(run_copy) == before
+    RunDir(run_copy, cfg).release()  # each kind still opens its own
+
+
+def test_a_fresh_start_drops_the_old_tensorboard_events_a_resume_keeps_them(run_copy, tmp_path):
+    cfg = small_config(f"run_dir={tmp_path}", "loggers=[jsonl]")
+    old = run_copy / "events.out.tfevents.0000000001.host.1.0"
+    old.write_bytes(b"old run")
+    out = RunDir(run_copy, cfg)
+    out.open_logs(2)  # a resumed run
+    out.close()
+    assert old.is_file()
+    out = RunDir(run_copy, cfg)
+    out.open_logs(0)  # a fresh state: the run starts over
+    out.close()
+    assert not old.exists()
+
+
+def test_a_resumed_runs_records_count_wall_time_on(run_copy):
+    """Records' wall_s after a resume continue from the last record's: a learning curve
+    against wall time never runs backwards."""
+    engine, state = jre.resume(run_copy, ["total_env_steps=512"])
+    engine.run(state)
+    walls = [json.loads(line)["wall_s"] for line in (run_copy / "metrics.jsonl").open()]
+    assert len(walls) == 8 and walls == sorted(walls), walls
