@@ -108,6 +108,16 @@ def _config_first(items: list[str]) -> tuple[str | None, list[str]]:
     return None, items
 
 
+def _missing_run(path: str, what: str = "run directory") -> str | None:
+    """Why `path` cannot be a run directory (it does not exist, or is a file), else None:
+    answered before JAX is imported."""
+    if not Path(path).exists():
+        return f"{what} {path!r} does not exist"
+    if not Path(path).is_dir():
+        return f"{what} {path!r} is not a directory"
+    return None
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxrl_engine.run.signals import raise_if_stopped
 
@@ -125,6 +135,16 @@ def _train(args: argparse.Namespace) -> int:
             EXIT_BAD_INPUT,
         )
     run: Path | None = Path(args.resume) if args.resume is not None else None
+    if run is not None:
+        problem = _missing_run(args.resume)
+        if problem:
+            return _fail(f"cannot resume: {problem}", EXIT_BAD_INPUT)
+        if (run / "sweep.json").is_file():
+            return _fail(
+                f"cannot resume: {str(run)!r} is a sweep's directory (it holds sweep.json): "
+                f"continue it with `jaxrl-engine sweep --resume {run}`",
+                EXIT_BAD_INPUT,
+            )
     try:
         from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_config, load_distributed
@@ -208,6 +228,16 @@ def _sweep(args: argparse.Namespace) -> int:
             EXIT_BAD_INPUT,
         )
     run: Path | None = Path(args.resume) if args.resume is not None else None
+    if run is not None:
+        problem = _missing_run(args.resume, "sweep directory")
+        if problem:
+            return _fail(f"cannot resume: {problem}", EXIT_BAD_INPUT)
+        if not (run / "sweep.json").is_file() and (run / "metrics.jsonl").is_file():
+            return _fail(
+                f"cannot resume: {str(run)!r} is a train run's directory, not a sweep's: "
+                f"continue it with `jaxrl-engine train --resume {run}`",
+                EXIT_BAD_INPUT,
+            )
     try:
         from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_distributed
@@ -274,6 +304,9 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    problem = _missing_run(args.run)
+    if problem:
+        return _fail(problem, EXIT_BAD_INPUT)
     from jaxrl_engine.export.evaluate import evaluate_run
 
     try:
@@ -292,7 +325,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
+
+    problem = _missing_run(args.run)
+    if problem:
+        return _fail(problem, EXIT_BAD_INPUT)
 
     from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_torch
     from jaxrl_engine.policy import export_from_checkpoint

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -242,9 +243,9 @@ def test_a_message_of_many_errors_is_cut(capsys, tmp_path):
 
 # --------------------------------------------------------------- session 20: more refusals
 BOOLEAN_CASES = {
-    "a top-level int": (["seed=true"], ["'seed'", "boolean true"]),
-    "a nested int": (["env.num_envs=true"], ["'num_envs'", "boolean true"]),
-    "an algorithm float": (["algo.lr=false"], ["'lr'", "boolean false"]),
+    "a top-level int": (["seed=true"], ["config key 'seed'", "boolean true"]),
+    "a nested int": (["env.num_envs=true"], ["config key 'env.num_envs'", "boolean true"]),
+    "an algorithm float": (["algo.lr=false"], ["config key 'algo.lr'", "boolean false"]),
 }
 
 
@@ -304,3 +305,26 @@ def test_overrides_after_an_option_are_overrides(capsys, tmp_path):
     status = cli.main(["sweep", "seeds=0..1", "--split-static", "algo.lrr=[1,2]"])
     err = capsys.readouterr().err
     assert status == cli.EXIT_BAD_INPUT and "'algo.lrr'" in err, err
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(capsys, tmp_path):
+    """PyYAML keeps the last of two equal keys silently; a config file with one is refused
+    naming the key and its line (a YAML merge `<<:` then a key of its own is not a repeat)."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("seed: 1\nalgo:\n  name: ppo\n  lr: 0.1\n  lr: 0.2\n")
+    err = refusal(capsys, str(path))
+    assert "the key 'lr' is given twice" in err and "line 5" in err, err
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("env: &e {id: CartPole-v1, num_envs: 4}\neval:\n  <<: {num_envs: 8}\n")
+    with pytest.raises(Reached):
+        cli.main(["train", str(merged), f"run_dir={tmp_path / 'runs'}"])
+
+
+def test_another_algorithms_keys_are_one_line_listing_the_valid_ones_once(capsys, tmp_path):
+    """`algo.name=sac` over a PPO config: its PPO keys are one message naming them all and
+    SAC's valid keys once (was one message per key, each with the whole list)."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
+    err = refusal(capsys, str(config), f"run_dir={tmp_path / 'runs'}", "algo.name=sac")
+    assert "unknown config keys 'algo.update_epochs', 'algo.num_minibatches'" in err, err
+    assert "(algo.name=sac); valid keys here: activation, actor_lr" in err, err
+    assert err.count("valid keys here") == 1 and "more errors" not in err, err

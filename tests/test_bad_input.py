@@ -116,6 +116,22 @@ def test_resume_of_a_directory_that_does_not_exist(nothing_run, capsys, tmp_path
     assert_clean_refusal(*train(capsys, "--resume", str(missing)), str(missing), "does not exist")
 
 
+def test_resume_with_the_other_verb_names_the_right_one(nothing_run, capsys, tmp_path):
+    """`train --resume` of a sweep's directory and `sweep --resume` of a train run's say which
+    verb continues it (before JAX is imported)."""
+    (tmp_path / "a_sweep").mkdir()
+    (tmp_path / "a_sweep" / "sweep.json").write_text("{}")
+    status, out, err = train(capsys, "--resume", str(tmp_path / "a_sweep"))
+    assert_clean_refusal(status, out, err, "sweep's directory", "jaxrl-engine sweep --resume")
+    (tmp_path / "a_run").mkdir()
+    (tmp_path / "a_run" / "metrics.jsonl").write_text("")
+    assert cli.main(["sweep", "--resume", str(tmp_path / "a_run")]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "train run's directory" in err and "jaxrl-engine train --resume" in err, err
+    assert cli.main(["sweep", "--resume", str(tmp_path / "none")]) == cli.EXIT_BAD_INPUT
+    assert "sweep directory" in capsys.readouterr().err
+
+
 def test_resume_of_a_directory_without_checkpoints(nothing_run, capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     assert_clean_refusal(*train(capsys, "--resume", str(tmp_path / "empty")), "has no checkpoints/")

@@ -417,12 +417,30 @@ class Checkpointer:
                 f"checkpoint {str(path)!r} is corrupted or was edited: its metadata does not "
                 f"match its checksum ({str(meta_file)!r})"
             )
+        # Types too (a forged checksum is not ruled out: a run directory is data): a metadata
+        # field of the wrong type is a refusal, not a TypeError later
+        kinds = {
+            "epoch": int,
+            "num_epochs": int,
+            "config": dict,
+            "metrics_lines": list,
+            "leaves": list,
+        }
+        wrong = {k for k, kind in kinds.items() if type(meta[k]) is not kind}
+        for key, kind in (("metrics_lines", str), ("leaves", dict)):
+            if key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
+                wrong.add(key)
+        if wrong:
+            raise _Corrupted(
+                f"checkpoint {str(path)!r} is corrupted or was edited: its metadata field(s) "
+                f"{sorted(wrong)} are not of the types `save` writes ({str(meta_file)!r})"
+            )
         return CheckpointInfo(
-            epoch=int(meta["epoch"]),
+            epoch=meta["epoch"],
             path=path,
             config=meta["config"],
             metrics_lines=list(meta["metrics_lines"]),
-            num_epochs=int(meta["num_epochs"]),
+            num_epochs=meta["num_epochs"],
             leaves=meta["leaves"],
         )
 
@@ -528,7 +546,14 @@ class Checkpointer:
                     f"{self._fallback_hint(info.epoch)}"
                 )
             if leaf["key_impl"] is not None:
-                array = jax.random.wrap_key_data(array, impl=leaf["key_impl"])
+                try:
+                    array = jax.random.wrap_key_data(array, impl=leaf["key_impl"])
+                except (TypeError, ValueError) as e:  # an impl name jax does not know
+                    raise CheckpointError(
+                        f"checkpoint {str(info.path)!r}: {leaf['path']} names the PRNG "
+                        f"implementation {leaf['key_impl']!r}, which cannot hold its key data "
+                        f"({_first_line(e)}); {self._fallback_hint(info.epoch)}"
+                    ) from None
                 if array.dtype != shape.dtype:
                     raise CheckpointError(
                         f"checkpoint {str(info.path)!r}: {leaf['path']} holds {leaf['key_impl']} "

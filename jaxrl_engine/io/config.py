@@ -25,7 +25,7 @@ import os
 import re
 import reprlib
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -40,7 +40,7 @@ from pydantic import (
 )
 
 from jaxrl_engine.algos.configs import ALGORITHMS, PPOConfig
-from jaxrl_engine.io.schema import INT32_MAX, Strict, run_epochs
+from jaxrl_engine.io.schema import _FIELD_TAG, INT32_MAX, Strict, field_error, run_epochs
 
 # `compile_cache_dir`'s default: the user's own cache folder (jaxrl_engine/io/compile_cache.py).
 AUTO_COMPILE_CACHE = "auto"
@@ -63,8 +63,6 @@ class ConfigError(ValueError):
             message = f"{message[:MAX_MESSAGE_CHARS]}... ({rest} more characters)"
         super().__init__(message)
 
-
-_FIELD_TAG = "\x00field:"
 
 # The validation context of `config_from_dict`'s first pass, which skips the checks that make an
 # env (they import gymnax and JAX). Private: its result is thrown away, so no `Config` skips them.
@@ -105,12 +103,6 @@ GYMNAX_ENV_IDS = (
     "Pong-misc",
     "FrozenLake-misc",
 )
-
-
-def field_error(field: str, message: str) -> ValueError:
-    """The error a model validator raises for one of its fields: the message then names
-    `<section>.<field>` as the config key at fault (pydantic would name only the section)."""
-    return ValueError(f"{_FIELD_TAG}{field}{_FIELD_TAG}{message}")
 
 
 class EnvConfig(Strict):
@@ -546,9 +538,12 @@ def _short(value: Any) -> str:
 
 def _format(error: ValidationError) -> str:
     """One line per error (at most `MAX_ERRORS`), each offending input shortened."""
-    lines = []
+    lines: list[Any] = []  # a message, or an unknown-keys section to fill in
     errors = error.errors()
-    for e in errors[:MAX_ERRORS]:
+    # Unknown keys of one section are one line, its valid keys listed once (a config's ppo
+    # keys left over after `algo.name=sac` are several unknown keys of one section).
+    unknown: dict[tuple[Any, ...], list[str]] = {}
+    for e in errors:
         loc = tuple(
             p
             for i, p in enumerate(e["loc"])
@@ -557,8 +552,11 @@ def _format(error: ValidationError) -> str:
         key = ".".join(str(p) for p in loc)[:MAX_INPUT_CHARS] or "<config>"
         if e["type"] == "extra_forbidden":
             tagged = len(e["loc"]) > 2 and e["loc"][0] == "algo" and e["loc"][1] in ALGO_NAMES
-            valid = _valid_keys(Config, loc, str(e["loc"][1]) if tagged else "ppo")
-            lines.append(f"unknown config key '{key}'; valid keys here: {', '.join(valid)}")
+            section = (loc[:-1], str(e["loc"][1]) if tagged else None)
+            if section not in unknown:
+                unknown[section] = []
+                lines.append(section)  # its place in the message, filled in below
+            unknown[section].append(key)
         else:
             msg = e["msg"].removeprefix("Value error, ")
             got = e.get("input")
@@ -572,8 +570,16 @@ def _format(error: ValidationError) -> str:
                 lines.append(f"config key '{key}': {msg} (got {_short(got)})")
             else:
                 lines.append(msg)
-    if len(errors) > MAX_ERRORS:
-        lines.append(f"and {len(errors) - MAX_ERRORS} more errors")
+    for i, line in enumerate(lines):
+        if isinstance(line, tuple):
+            (parent, algo), keys = line, unknown[line]
+            valid = ", ".join(_valid_keys(Config, (*parent, "x"), algo or "ppo"))
+            names = ", ".join(f"'{k}'" for k in keys)
+            which = f" (algo.name={algo})" if algo else ""
+            plural = "s" if len(keys) > 1 else ""
+            lines[i] = f"unknown config key{plural} {names}{which}; valid keys here: {valid}"
+    if len(lines) > MAX_ERRORS:
+        lines[MAX_ERRORS:] = [f"and {len(lines) - MAX_ERRORS} more errors"]
     return "invalid configuration: " + "; ".join(lines)
 
 
@@ -597,7 +603,25 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
 
 class _Loader(yaml.SafeLoader):
     """Safe YAML that also reads exponent floats without a dot (`1e-3`, `-1e39`) as floats,
-    as YAML 1.2 does; PyYAML's YAML 1.1 rules read them as strings."""
+    as YAML 1.2 does; PyYAML's YAML 1.1 rules read them as strings. A key given twice in one
+    mapping is an error (YAML 1.2 forbids it; PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"the key {key!r} is given twice",
+                    key_node.start_mark,
+                )
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 class _Dumper(yaml.SafeDumper):

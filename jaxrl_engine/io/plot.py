@@ -114,6 +114,13 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
         for run in runs
     ]
     steps = sorted(set.intersection(*(set(s) for s in series)))
+    for run, points in zip(runs, series, strict=True):
+        if not points:
+            logged = sorted({k for r in run.records for k in r} - {"epoch", "env_steps", "wall_s"})
+            raise ValueError(
+                f"run {str(run.path)!r} has no values of {metric!r}"
+                + (f"; its metrics: {', '.join(logged)}" if logged else " (it has no records)")
+            )
     if not steps:
         raise ValueError(
             f"runs {[str(r.path) for r in runs]} have no common env steps with {metric!r}"

@@ -40,6 +40,15 @@ def check_number(value: Any, low: int = -(2**31), high: int = INT32_MAX) -> None
             check_number(item, low, high)
 
 
+_FIELD_TAG = "\x00field:"
+
+
+def field_error(field: str, message: str) -> ValueError:
+    """The error a model validator raises for one of its fields: the message then names
+    `<section>.<field>` as the config key at fault (pydantic would name only the section)."""
+    return ValueError(f"{_FIELD_TAG}{field}{_FIELD_TAG}{message}")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -58,8 +67,8 @@ class Strict(BaseModel):
                 annotation = field.annotation
                 kinds = set(get_args(annotation)) if get_origin(annotation) else {annotation}
                 if bool not in kinds and kinds & {int, float}:
-                    raise ValueError(
-                        f"key '{key}' needs a number, not the boolean {str(value).lower()}"
+                    raise field_error(
+                        key, f"a number is needed, not the boolean {str(value).lower()}"
                     )
         return data
 

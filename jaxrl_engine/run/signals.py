@@ -46,8 +46,8 @@ class StopSignal:
                     else "the summary follows; save_interval=0 writes no checkpoint"
                 )
                 print(
-                    f"\n{self.signame}: stopping after this epoch ({follows}); send it again "
-                    "to exit at once",
+                    f"\njaxrl-engine: {self.signame}: stopping after this epoch ({follows}); "
+                    "send it again to exit at once",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -84,8 +84,8 @@ def _record_early(signum: int, frame: Any) -> None:
         os._exit(128 + signum)
     _pending.append(signal.Signals(signum).name)
     print(
-        f"\n{_pending[0]}: stopping before training starts (after the current step: imports "
-        "or compilation); send it again to exit at once",
+        f"\njaxrl-engine: {_pending[0]}: stopping before training starts (after the current "
+        "step: imports or compilation); send it again to exit at once",
         file=sys.stderr,
         flush=True,
     )

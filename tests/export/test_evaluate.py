@@ -61,6 +61,9 @@ def test_eval_without_a_policy_exits_2(tmp_path, capsys):
         evaluate_run(tmp_path)
     assert cli.main(["eval", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no exported policy" in capsys.readouterr().err
+    # A path that does not exist is named as such, before JAX is imported.
+    assert cli.main(["eval", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
+    assert "nowhere' does not exist" in capsys.readouterr().err
 
 
 def test_many_episodes_run_in_rounds_of_bounded_size(run, monkeypatch):

@@ -161,7 +161,7 @@ def test_cli_export_adds_the_torch_files(trained, capsys):
     assert cli.main(["export", str(policy.parent)]) == 0
     assert {"torch_policy.py", "torch_policy.pt"} <= {p.name for p in policy.iterdir()}
     assert cli.main(["export", str(policy.parent / "nowhere")]) == cli.EXIT_BAD_INPUT
-    assert "no exported policy" in capsys.readouterr().err
+    assert "nowhere' does not exist" in capsys.readouterr().err
 
 
 OFF_POLICY = {

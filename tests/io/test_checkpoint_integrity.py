@@ -121,6 +121,42 @@ def test_nulled_crcs_with_a_recomputed_checksum_are_refused_for_addressable_arra
     assert f"--resume {tmp_path} --from-checkpoint 1" in message
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("epoch", "ten"),
+        ("num_epochs", "x"),
+        ("config", "not a dict"),
+        ("metrics_lines", [12, None, "garbage"]),
+        ("leaves", ["not a leaf"]),
+        ("epoch", True),
+    ],
+)
+def test_metadata_of_the_wrong_types_with_a_recomputed_checksum_is_refused(
+    engine, states, tmp_path, field, value
+):
+    """A forged checksum gets past the hash; a field of another type than `save` writes is
+    still a `CheckpointError` naming it (not a TypeError in the driver later)."""
+    checkpoints = saved(engine, states, tmp_path, 1)
+    edit_meta(tmp_path, 1, lambda meta: meta.update({field: value}), rehash=True)
+    with pytest.raises(CheckpointError, match=rf"metadata field\(s\) \['{field}'\]"):
+        checkpoints.info(1)
+
+
+def test_an_unknown_prng_implementation_with_a_recomputed_checksum_is_refused(
+    engine, states, tmp_path
+):
+    def forge(meta):
+        for leaf in meta["leaves"]:
+            if leaf["key_impl"] is not None:
+                leaf["key_impl"] = "bogus"
+
+    checkpoints = saved(engine, states, tmp_path, 1)
+    edit_meta(tmp_path, 1, forge, rehash=True)
+    with pytest.raises(CheckpointError, match="PRNG implementation 'bogus'"):
+        checkpoints.restore(engine)
+
+
 def test_a_leaf_without_a_crc_needs_its_sharding_independent_sum64():
     """A leaf saved sharded over processes has no CRC-32 but a sum64, checked on restore
     whatever the restoring process holds; a leaf with neither is refused."""

@@ -143,6 +143,14 @@ def test_cli_plot_rejects_a_run_whose_config_is_not_a_config(tmp_path, capsys, c
     assert "config.yaml" in err and "Traceback" not in err
 
 
+def test_cli_plot_of_a_metric_no_run_logged_lists_the_ones_it_did(tmp_path, capsys):
+    record = {"epoch": 1, "env_steps": 8, "wall_s": 1.0, "evaluate/episode_return": 9.0}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    assert cli.main(["plot", str(tmp_path), "--metric", "nope/metric"]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "has no values of 'nope/metric'" in err and "evaluate/episode_return" in err, err
+
+
 def write_reference(path, points, label="Brax ppo.train"):
     path.write_text(json.dumps({"label": label, "curve": points}))
     return path
