@@ -32,6 +32,7 @@ from jaxrl_engine.algos.ppo import PPOBatch, PPOHParams, PPOState, normalize
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
+from jaxrl_engine.interop.torch_policy import float_state
 
 if TYPE_CHECKING:
     from jaxrl_engine.interop.torch_policy import TorchActorCritic
@@ -216,8 +217,8 @@ class TorchPPOLearner:
     def _weights_numpy(self) -> dict[str, Any]:
         """The learner's weights in the layout of `PPOState.params` (numpy views, no copy)."""
         out: dict[str, Any] = {
-            "actor": {k: v.detach().numpy() for k, v in self.actor.state_dict().items()},
-            "critic": {k: v.detach().numpy() for k, v in self.critic.state_dict().items()},
+            "actor": {k: v.detach().numpy() for k, v in float_state(self.actor).items()},
+            "critic": {k: v.detach().numpy() for k, v in float_state(self.critic).items()},
         }
         if self.log_std is not None:
             out["log_std"] = self.log_std.detach().numpy()
@@ -226,8 +227,8 @@ class TorchPPOLearner:
     def acting_params(self, report: BridgeReport | None = None) -> dict[str, Any]:
         """The current torch weights as JAX params, zero-copy (outside jit)."""
         out: dict[str, Any] = {
-            "actor": from_torch(dict(self.actor.state_dict()), report=report),
-            "critic": from_torch(dict(self.critic.state_dict()), report=report),
+            "actor": from_torch(float_state(self.actor), report=report),
+            "critic": from_torch(float_state(self.critic), report=report),
         }
         if self.log_std is not None:
             out["log_std"] = from_torch(self.log_std, detach=True, report=report)

@@ -50,6 +50,9 @@ class TorchFunction:
             raise ValueError(f"torch policy path {path!r}: valid choices 'fast', 'universal'")
         self.module = module.eval()
         self.path = path
+        # Buffers (running statistics, constants) and parameters with requires_grad=False
+        # cross as params too, but torch keeps them fixed: so does JAX (no gradient reaches them)
+        self.frozen = frozen_entries(module)
         if path == "fast":
             self._apply, _ = module_to_jax(module)
         else:
@@ -66,12 +69,25 @@ class TorchFunction:
         dtypes = {p.dtype for p in params.values()}
         if len(dtypes) == 1:  # a cast acting copy (e.g. bf16) computes in its own dtype
             x = x.astype(next(iter(dtypes)))
+        if self.frozen:
+            params = {
+                k: jax.lax.stop_gradient(v) if k in self.frozen else v for k, v in params.items()
+            }
         return self._apply(params, x)
 
 
 def float_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The module's state dict without its integer buffers (what JAX params hold)."""
     return {k: v for k, v in module.state_dict().items() if v.is_floating_point()}
+
+
+def frozen_entries(module: torch.nn.Module) -> frozenset[str]:
+    """The entries of `float_state` that torch does not train: buffers, and parameters with
+    `requires_grad=False` (a tied parameter is trainable under every name)."""
+    trainable = {
+        name for name, p in module.named_parameters(remove_duplicate=False) if p.requires_grad
+    }
+    return frozenset(set(float_state(module)) - trainable)
 
 
 def export_to_torch(
@@ -134,6 +150,7 @@ def _universal_apply(module: torch.nn.Module):
 
     state = float_state(module)
     names = list(state)
+    frozen = frozen_entries(module)
     # A private copy whose weight slots are rebound to the callback's views before each call:
     # cheaper than functional_call per step (that matters at one call per rollout step).
     runner = copy.deepcopy(module).eval()
@@ -209,13 +226,26 @@ def _universal_apply(module: torch.nn.Module):
         )
 
     def vjp_host(flats: Any, x: Any, g: Any, groups: dict[str, list[str]]):
+        """Gradients of the trainable weights (zeros for the frozen ones: torch cannot
+        differentiate through e.g. BatchNorm's running statistics) and of the input."""
         p_t = unpack([torch.from_dlpack(f) for f in flats], groups)
         x_t, g_t = torch.from_dlpack(x), torch.from_dlpack(g)
-        _, pullback = vjp(lambda p: functional_call(module, p, (x_t,)), p_t)[:2]
-        (grads,) = pullback(g_t)
-        return tuple(
-            torch.cat([grads[k].reshape(-1) for k in ks]).numpy() for ks in groups.values()
+        train = {k: v for k, v in p_t.items() if k not in frozen}
+        fixed = {k: v for k, v in p_t.items() if k in frozen}
+        if x_t.is_floating_point():
+            _, pullback = vjp(
+                lambda p, xs: functional_call(module, {**p, **fixed}, (xs,)), train, x_t
+            )[:2]
+            grads, grad_x = pullback(g_t)
+        else:  # integer observations have no gradient
+            _, pullback = vjp(lambda p: functional_call(module, {**p, **fixed}, (x_t,)), train)[:2]
+            (grads,) = pullback(g_t)
+            grad_x = torch.zeros(())
+        full = {k: grads[k] if k in grads else torch.zeros_like(p_t[k]) for k in p_t}
+        flat_grads = tuple(
+            torch.cat([full[k].reshape(-1) for k in ks]).numpy() for ks in groups.values()
         )
+        return (*flat_grads, grad_x.expand(x_t.shape).contiguous().numpy())
 
     @jax.custom_vjp
     def apply(params: Params, x: jax.Array) -> jax.Array:
@@ -229,14 +259,19 @@ def _universal_apply(module: torch.nn.Module):
         groups = groups_of(params)
         flats = pack(params, groups)
         structs = tuple(jax.ShapeDtypeStruct(f.shape, f.dtype) for f in flats)
+        x_struct = jax.ShapeDtypeStruct(x.shape, x.dtype)
         host = functools.partial(vjp_host, groups=groups)
-        grad_flats = jax.pure_callback(host, structs, flats, x, g, vmap_method="sequential")
+        *grad_flats, grad_x = jax.pure_callback(
+            host, (*structs, x_struct), flats, x, g, vmap_method="sequential"
+        )
         grads = {}
         for flat, ks in zip(grad_flats, groups.values(), strict=True):
             offsets = np.cumsum([0] + [math.prod(shapes[k]) for k in ks])
             for k, lo, hi in zip(ks, offsets[:-1], offsets[1:], strict=True):
                 grads[k] = flat[lo:hi].reshape(shapes[k])
-        return grads, jnp.zeros_like(x)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            grad_x = np.zeros(x.shape, jax.dtypes.float0)  # what JAX takes for an int input
+        return grads, grad_x
 
     apply.defvjp(apply_fwd, apply_bwd)
     return apply
@@ -356,7 +391,7 @@ def build_torch_policy(
         wanted = "a critic must output 1 value (the state value)"
         _check_module(critic, f"{where}: the torch critic", spec.obs_shape, env, 1, wanted)
     try:
-        return TorchActorCritic(
+        network = TorchActorCritic(
             actor,
             action_dim=action_dim,
             discrete=discrete,
@@ -367,8 +402,22 @@ def build_torch_policy(
             acting_dtype=torch_cfg.acting_dtype,
             conv=conv,
         )
+        if torch_cfg.path == "fast":
+            check_translation(actor, network.actor, f"{where}: the torch actor", spec.obs_shape)
+            if critic is not None and network.critic is not None:
+                check_translation(
+                    critic, network.critic, f"{where}: the torch critic", spec.obs_shape
+                )
+        return network
+    except TorchPolicyError:
+        raise
     except UnsupportedModuleError as e:
         raise TorchPolicyError(f"{where}: {e}") from None
+    except Exception as e:  # a translation that fails while being traced (e.g. an index list)
+        raise TorchPolicyError(
+            f"{where}: the fast path cannot translate the module ({first_line(e)}); use "
+            "algo.torch_policy.path=universal, which calls the module itself"
+        ) from None
 
 
 def obs_layout(configured: str | None, spec: Any) -> str | None:
@@ -446,14 +495,25 @@ def _check_module(
     out_dim: int,
     wanted: str,
 ) -> None:
-    """Run `module` once (eval mode, no grad) on one zero observation: it must accept the
-    env's observations and output `[1, out_dim]`."""
+    """Run `module` once (eval mode, no grad) on a batch of two observations: it must hold
+    float32 weights, accept the env's observations and output `[2, out_dim]`."""
     import torch
 
     weights = list(float_state(module).values())
-    dtype = weights[0].dtype if weights else torch.float32
-    device = weights[0].device if weights else None
-    x = torch.zeros((1, *obs_shape), dtype=dtype, device=device)
+    dtypes = sorted({str(w.dtype).removeprefix("torch.") for w in weights} - {"float32"})
+    if dtypes:
+        raise TorchPolicyError(
+            f"{what} has {', '.join(dtypes)} weights: the engine trains float32 modules; return "
+            "module.float() from the factory (algo.torch_policy.acting_dtype=bfloat16 or "
+            "float16 acts with a lower-precision copy)"
+        )
+    devices = sorted({str(w.device) for w in weights} - {"cpu"})
+    if devices:
+        raise TorchPolicyError(
+            f"{what} has weights on {', '.join(devices)}: the engine takes them from CPU "
+            "memory; return module.cpu() from the factory"
+        )
+    x = probe_batch(obs_shape)
     training = module.training
     try:
         with torch.no_grad():
@@ -467,12 +527,43 @@ def _check_module(
         module.train(training)
     if not isinstance(y, torch.Tensor):
         raise TorchPolicyError(f"{what} returns {type(y).__name__}, not a tensor; {wanted}")
-    if tuple(y.shape) != (1, out_dim):
-        if y.ndim == 2 and y.shape[0] == 1:
+    if tuple(y.shape) != (2, out_dim):
+        if y.ndim == 2 and y.shape[0] == 2:
             got = f"outputs {y.shape[1]} values per observation"
         else:
-            got = f"outputs shape {list(y.shape)} for one observation, not [1, {out_dim}]"
+            got = f"outputs shape {list(y.shape)} for a batch of 2 observations, not [2, {out_dim}]"
         raise TorchPolicyError(f"{what} {got}; {wanted}")
+
+
+def probe_batch(obs_shape: tuple[int, ...]) -> torch.Tensor:
+    """Two fixed, distinct observations (a module that only handles a batch of one, or mixes
+    the batch, shows on them)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn((2, *obs_shape), generator=generator)
+
+
+def check_translation(module: torch.nn.Module, fn: TorchFunction, what: str, obs_shape) -> None:
+    """The fast path's JAX function must compute what the module computes: on the probe batch
+    the two agree to 1e-4 (relative), or `TorchPolicyError`. torch.fx cannot see some
+    semantics (an in-place `+=` on a tensor used again, `x.squeeze(1)` of a dimension that is
+    not 1): such a module is refused here instead of training something else."""
+    import torch
+
+    x = probe_batch(obs_shape)
+    with torch.no_grad():
+        want = module.eval()(x).numpy()
+    got = np.asarray(jax.jit(fn)(fn.params(), jnp.asarray(x.numpy())))
+    error = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
+    if not error <= 1e-4 * max(1.0, float(np.max(np.abs(want)))):
+        raise TorchPolicyError(
+            f"{what}: the fast path's translation does not compute what the module computes "
+            f"(max difference {error:.3g} on a probe batch): its forward may change a tensor "
+            "in place (`+=`, `inplace=True`) or use an op whose torch semantics the "
+            "translation does not follow; use algo.torch_policy.path=universal, which calls "
+            "the module itself"
+        )
 
 
 def _expected_input(module: torch.nn.Module) -> str:

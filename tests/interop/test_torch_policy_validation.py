@@ -222,3 +222,58 @@ def test_the_universal_path_takes_what_the_fast_path_refuses(tmp_path):
         tmp_path=tmp_path,
     )
     assert jre.build(cfg).algo.static["network"].path == "universal"
+
+
+# ------------------------------------------------- session 20: what the fast path cannot see
+class InPlace(nn.Module):
+    """`relu(inplace=True)` changes `y`, which is used again: torch.fx records it as a new
+    value, so a translation node by node would return y + relu(y) instead of 2 relu(y)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x):
+        y = self.lin(x)
+        z = nn.functional.relu(y, inplace=True)
+        return y + z
+
+
+def in_place(in_shape, out_dim, out_scale):
+    return InPlace(in_shape[0], out_dim)
+
+
+class OneAtATime(nn.Module):
+    """Works for a batch of one observation only (`view(1, -1)`)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x):
+        return self.lin(x.view(1, -1))
+
+
+def one_at_a_time(in_shape, out_dim, out_scale):
+    return OneAtATime(in_shape[0], out_dim)
+
+
+def half(in_shape, out_dim, out_scale):
+    return plain(in_shape, out_dim, out_scale).half()
+
+
+def test_a_fast_path_translation_that_differs_from_torch_is_refused(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:in_place",
+        expected=("fast path's translation does not compute what the module computes", "universal"),
+    )
+
+
+def test_a_module_that_takes_one_observation_at_a_time_is_refused(capsys, tmp_path):
+    refuse(capsys, tmp_path, f"{HERE}:one_at_a_time", expected=("the torch actor",))
+
+
+def test_a_half_precision_module_is_refused_naming_the_dtype(capsys, tmp_path):
+    refuse(capsys, tmp_path, f"{HERE}:half", expected=("float16 weights", "module.float()"))
