@@ -329,6 +329,12 @@ def _export(args: argparse.Namespace) -> int:
     problem = _missing_run(args.run)
     if problem:
         return _fail(problem, EXIT_BAD_INPUT)
+    if args.factory is not None and not args.checkpoint:
+        return _fail(
+            "--factory goes with --checkpoint (it builds the torch modules to export a "
+            "checkpoint's policy); without --checkpoint the exported policy is used as it is",
+            EXIT_BAD_INPUT,
+        )
 
     from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_torch
     from jaxrl_engine.policy import export_from_checkpoint

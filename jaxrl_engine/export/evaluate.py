@@ -25,11 +25,27 @@ from jaxrl_engine.io.config import load_config
 EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
 
 
+def _universal(run_dir: Path) -> bool:
+    """Whether the run's config acts through the universal torch path (False when unreadable)."""
+    try:
+        cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
+    except (OSError, ValueError):
+        return False
+    torch_policy = getattr(cfg.algo, "torch_policy", None)
+    return torch_policy is not None and torch_policy.path == "universal"
+
+
 def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dict[str, Any]:
     """Statistics of the run's exported policy over `episodes` evaluation episodes."""
     run_dir = Path(run_dir)
     policy = run_dir / POLICY_DIR
     if not (policy / "act.jaxexport").is_file():
+        if _universal(run_dir):
+            raise ExportError(
+                f"{run_dir} has no exported policy: a policy acting through a host callback "
+                "(algo.torch_policy.path=universal) has no StableHLO form to export; act with "
+                f"jre.make_policy({str(run_dir)!r}, checkpoint=True, factory=...) instead"
+            )
         raise ExportError(
             f"{run_dir} has no exported policy ({policy}/act.jaxexport): runs trained with "
             "`jaxrl-engine train` export it at the end; `jaxrl_engine.export.export_policy` "

@@ -202,9 +202,21 @@ _METHODS: dict[str, Callable[..., Any]] = {
 
 
 def _operation_names() -> list[str]:
-    """The tensor functions and methods a forward may use, by name, for messages."""
-    functions = {getattr(f, "__name__", str(f)) for f in _functions()}
-    return sorted(functions | set(_METHODS))
+    """The tensor functions and methods a forward may use, for messages: `torch.cat`,
+    `F.gelu`, the Python operators by symbol, methods as `.view()`."""
+    import torch
+
+    symbols = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "matmul": "@", "neg": "-x"}
+    names = set()
+    for f in _functions():
+        name = getattr(f, "__name__", str(f))
+        if getattr(operator, name, None) is f:
+            names.add(symbols.get(name, "x[...]" if name == "getitem" else name))
+        elif getattr(torch, name, None) is f:
+            names.add(f"torch.{name}")
+        else:
+            names.add(f"F.{name}")
+    return sorted(names) + [f".{m}()" for m in sorted(_METHODS)]
 
 
 def _flat(x: jax.Array, start_dim: int = 0, end_dim: int = -1) -> jax.Array:
@@ -239,6 +251,11 @@ def _functions() -> dict[Any, Callable[..., Any]]:
         torch.sigmoid: jax.nn.sigmoid,
         torch.exp: jnp.exp,
         torch.clamp: lambda x, min=None, max=None: jnp.clip(x, min, max),
+        torch.mean: lambda x, dim=None, keepdim=False: x.mean(dim, keepdims=keepdim),
+        torch.sum: lambda x, dim=None, keepdim=False: x.sum(dim, keepdims=keepdim),
+        torch.matmul: jnp.matmul,
+        torch.softmax: softmax(jax.nn.softmax),
+        torch.log_softmax: softmax(jax.nn.log_softmax),
         F.relu: lambda x, inplace=False: jax.nn.relu(x),
         F.tanh: jnp.tanh,
         F.sigmoid: jax.nn.sigmoid,

@@ -61,6 +61,12 @@ def test_eval_without_a_policy_exits_2(tmp_path, capsys):
         evaluate_run(tmp_path)
     assert cli.main(["eval", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no exported policy" in capsys.readouterr().err
+    # A universal-path torch policy is never exported: said so, with what to use instead.
+    (tmp_path / "config.yaml").write_text(
+        "algo:\n  name: ppo\n  torch_policy:\n    factory: mynets:make\n    path: universal\n"
+    )
+    with pytest.raises(ExportError, match=r"path=universal.*make_policy"):
+        evaluate_run(tmp_path)
     # A path that does not exist is named as such, before JAX is imported.
     assert cli.main(["eval", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
     assert "nowhere' does not exist" in capsys.readouterr().err

@@ -162,6 +162,9 @@ def test_cli_export_adds_the_torch_files(trained, capsys):
     assert {"torch_policy.py", "torch_policy.pt"} <= {p.name for p in policy.iterdir()}
     assert cli.main(["export", str(policy.parent / "nowhere")]) == cli.EXIT_BAD_INPUT
     assert "nowhere' does not exist" in capsys.readouterr().err
+    # --factory builds modules for --checkpoint; alone it would be ignored: refused instead.
+    assert cli.main(["export", str(policy.parent), "--factory", "m:f"]) == cli.EXIT_BAD_INPUT
+    assert "--factory goes with --checkpoint" in capsys.readouterr().err
 
 
 OFF_POLICY = {

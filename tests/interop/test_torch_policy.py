@@ -156,8 +156,24 @@ class ChannelsLastConv(nn.Module):
         return torch.nn.functional.log_softmax(self.out(y.flatten(1)), dim=-1)
 
 
+class TorchFunctions(nn.Module):
+    """The torch.* forms of reductions, matmul and softmax (the methods and F.* forms were
+    translated; these were refused while the message listed them by bare name)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 6)
+        self.w = nn.Parameter(torch.randn(6, 3))
+
+    def forward(self, x):
+        h = self.a(x)
+        h = h - torch.mean(h, dim=-1, keepdim=True) + torch.sum(h, -1, keepdim=True) / 10
+        return torch.log_softmax(torch.softmax(torch.matmul(h, self.w), dim=-1), -1)
+
+
 @pytest.mark.parametrize(
-    ("module", "shape"), [(Residual, (5, 4)), (ChannelsLastConv, (2, 5, 5, 3))]
+    ("module", "shape"),
+    [(Residual, (5, 4)), (ChannelsLastConv, (2, 5, 5, 3)), (TorchFunctions, (5, 4))],
 )
 def test_a_module_whose_forward_composes_layers_takes_the_fast_path(module, shape):
     torch.manual_seed(0)
