@@ -38,6 +38,7 @@ from jaxrl_engine.core.state import (
     Phase,
     check_hparams,
     hparams_arrays,
+    hparams_like,
     strong_types,
 )
 from jaxrl_engine.core.timing import Timer, timed
@@ -303,7 +304,7 @@ class Engine:
         (env batch sharded, params replicated)."""
         if hparams is not None:  # Python numbers become f32 here, before the jit sees them
             check_hparams(hparams, self.hparams, "engine.init", scalars=True)
-            hparams = hparams_arrays(hparams)
+            hparams = hparams_like(hparams, self.hparams)
         state = self._init_jit(key, self.hparams if hparams is None else hparams)
         return jax.device_put(state, self.state_sharding) if self.offload else state
 
@@ -311,7 +312,7 @@ class Engine:
         """`state` carrying `hparams` (placed like the state's): what the phases train with
         from here on."""
         check_hparams(hparams, self.hparams, "engine.with_hparams")
-        placed = jax.device_put(hparams_arrays(hparams), self.state_sharding.hparams)
+        placed = jax.device_put(hparams_like(hparams, self.hparams), self.state_sharding.hparams)
         return state.replace(hparams=placed)
 
     # ---------------------------------------------------------------- epochs

@@ -111,19 +111,34 @@ def check_hparams(hparams: Any, like: Any, where: str, scalars: bool = False) ->
     """`hparams` has the structure of `like` (the algorithm's hyperparameters) and a number in
     every field, else a ValueError naming the field; with `scalars`, concrete values must be
     scalars (one setting: a stacked sweep goes through `jax.vmap` or `jre.sweep`)."""
+    if like is None:  # an algorithm without hyperparameters: nothing to hold them to
+        return
     if type(hparams) is not type(like):
         raise ValueError(
             f"{where}: hparams must be a {type(like).__name__} (this engine's algorithm's "
             f"hyperparameters, e.g. engine.hparams.replace(lr=...)), not a "
             f"{type(hparams).__name__}"
         )
-    for field in dataclasses.fields(like):
-        value = getattr(hparams, field.name)
-        if isinstance(value, bool) or not isinstance(value, int | float | np.number | jax.Array):
-            raise ValueError(f"{where}: hparams.{field.name} is {value!r}: a number is needed")
+    if dataclasses.is_dataclass(like):
+        fields = [(f".{f.name}", getattr(hparams, f.name)) for f in dataclasses.fields(like)]
+    else:  # another pytree (a dict of numbers, say): its structure and leaves
+        # (PyTreeDef compares equal by structure; its type stub does not say so)
+        given, wanted = jax.tree.structure(hparams), jax.tree.structure(like)
+        if given != wanted:  # type: ignore[operator]
+            raise ValueError(
+                f"{where}: hparams have the structure {given}, not the algorithm's {wanted}"
+            )
+        fields = [
+            (jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_leaves_with_path(hparams)
+        ]
+    for name, value in fields:
+        if isinstance(value, bool) or not isinstance(
+            value, int | float | np.number | np.ndarray | jax.Array
+        ):
+            raise ValueError(f"{where}: hparams{name} is {value!r}: a number is needed")
         if scalars and not isinstance(value, jax.core.Tracer) and np.ndim(value) != 0:
             raise ValueError(
-                f"{where}: hparams.{field.name} has shape {np.shape(value)}: one setting takes "
+                f"{where}: hparams{name} has shape {np.shape(value)}: one setting takes "
                 "scalars (several settings: jax.vmap(engine.init)(keys, stacked) or jre.sweep)"
             )
 
@@ -132,9 +147,20 @@ def hparams_arrays(hparams: Any) -> Any:
     """`hparams` with every leaf a (not weakly typed) array: Python floats become f32[], so
     the state's signature is the same whether the values came from a config or a sweep."""
 
-    def array(x: Any) -> jax.Array:
-        if isinstance(x, int) and not isinstance(x, bool):  # gamma=1: a float, not an int32
-            return jnp.asarray(x, jnp.float32)
-        return jnp.asarray(x, jnp.asarray(x).dtype)
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), hparams)
 
-    return jax.tree.map(array, hparams)
+
+def hparams_like(hparams: Any, like: Any) -> Any:
+    """`hparams_arrays(hparams)` with each Python number in the dtype of `like`'s leaf
+    (`gamma=1` for a float hyperparameter is f32, not an int32 leaf that compiles again)."""
+    if like is None or jax.tree.structure(hparams) != jax.tree.structure(like):  # type: ignore[operator]
+        return hparams_arrays(hparams)
+    return jax.tree.map(
+        lambda x, d: (
+            jnp.asarray(x, jnp.asarray(d).dtype)
+            if isinstance(x, int | float) and not isinstance(x, bool)
+            else jnp.asarray(x, jnp.asarray(x).dtype)
+        ),
+        hparams,
+        like,
+    )

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha256`
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
-QUIET_S, DISCARD_S = 0.5, 10.0  # after a failed save: its tmp dir gone for this long, at most
+QUIET_S, DISCARD_S = 1.0, 10.0  # after a failed save: its tmp dir gone for this long, at most
 META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
 CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32 (has a sum64)
 

@@ -400,3 +400,21 @@ def test_hparams_given_to_init_or_with_hparams_are_checked(small_cfg):
         engine.with_hparams(state, DQNHParams())
     lrs = jax.vmap(engine.init)(jax.random.split(key, 2), stacked).hparams.lr
     assert lrs.shape == (2,)
+
+
+def test_hparams_of_a_custom_algorithm_may_be_any_pytree_of_numbers():
+    """An algorithm of one's own may keep its hyperparameters in a dict (or have none): the
+    check then holds them to its structure, and names the leaf at fault."""
+    from jaxrl_engine.core.state import check_hparams
+
+    check_hparams({"lr": 0.1, "gamma": 0.9}, {"lr": 0.2, "gamma": 0.99}, "engine.init", True)
+    check_hparams({"anything": None}, None, "engine.init")  # no hyperparameters: nothing held
+    for bad, message in [
+        ({"lr": 0.1}, "not the algorithm's"),
+        ({"lr": None, "gamma": 0.9}, "not the algorithm's"),
+        ({"lr": np.ones(2), "gamma": 0.9}, "hparams['lr'] has shape (2,)"),
+        ({"lr": "0.1", "gamma": 0.9}, "hparams['lr'] is '0.1': a number is needed"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            check_hparams(bad, {"lr": 0.2, "gamma": 0.99}, "engine.init", scalars=True)
+        assert message in str(e.value), str(e.value)
