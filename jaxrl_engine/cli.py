@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jaxrl_engine.io.files import RunDirError, check_kind
+
 # The summary's wall_s counts from here (the process's start, but the interpreter's own).
 STARTED = time.perf_counter()
 EXIT_BAD_INPUT = 2
@@ -139,12 +141,10 @@ def _train(args: argparse.Namespace) -> int:
         problem = _missing_run(args.resume)
         if problem:
             return _fail(f"cannot resume: {problem}", EXIT_BAD_INPUT)
-        if (run / "sweep.json").is_file():
-            return _fail(
-                f"cannot resume: {str(run)!r} is a sweep's directory (it holds sweep.json): "
-                f"continue it with `jaxrl-engine sweep --resume {run}`",
-                EXIT_BAD_INPUT,
-            )
+        try:
+            check_kind(run, "train")
+        except RunDirError as e:
+            return _fail(f"cannot resume: {e}", EXIT_BAD_INPUT)
     try:
         from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_config, load_distributed
@@ -232,12 +232,10 @@ def _sweep(args: argparse.Namespace) -> int:
         problem = _missing_run(args.resume, "sweep directory")
         if problem:
             return _fail(f"cannot resume: {problem}", EXIT_BAD_INPUT)
-        if not (run / "sweep.json").is_file() and (run / "metrics.jsonl").is_file():
-            return _fail(
-                f"cannot resume: {str(run)!r} is a train run's directory, not a sweep's: "
-                f"continue it with `jaxrl-engine train --resume {run}`",
-                EXIT_BAD_INPUT,
-            )
+        try:
+            check_kind(run, "sweep")
+        except RunDirError as e:
+            return _fail(f"cannot resume: {e}", EXIT_BAD_INPUT)
     try:
         from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_distributed

@@ -241,7 +241,7 @@ def test_a_message_of_many_errors_is_cut(capsys, tmp_path):
     assert len(err) < 2100, len(err)
 
 
-# --------------------------------------------------------------- session 20: more refusals
+# ----------------------------------------------------------- booleans, sizes, paths, keys
 BOOLEAN_CASES = {
     "a top-level int": (["seed=true"], ["config key 'seed'", "boolean true"]),
     "a nested int": (["env.num_envs=true"], ["config key 'env.num_envs'", "boolean true"]),
@@ -322,7 +322,7 @@ def test_a_key_given_twice_in_a_config_file_is_refused(capsys, tmp_path):
 
 def test_another_algorithms_keys_are_one_line_listing_the_valid_ones_once(capsys, tmp_path):
     """`algo.name=sac` over a PPO config: its PPO keys are one message naming them all and
-    SAC's valid keys once (was one message per key, each with the whole list)."""
+    SAC's valid keys once, not one message per key each with the whole list."""
     config = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
     err = refusal(capsys, str(config), f"run_dir={tmp_path / 'runs'}", "algo.name=sac")
     assert "unknown config keys 'algo.update_epochs', 'algo.num_minibatches'" in err, err

@@ -24,6 +24,23 @@ class RunDirError(ValueError):
     directory."""
 
 
+def check_kind(path: Path, kind: str) -> None:
+    """Refuse (`RunDirError`) a train into a sweep's directory (it holds `sweep.json`) and a
+    sweep into a train run's (it holds `metrics.jsonl`): either would overwrite the other's
+    summary and mix their files."""
+    other, marker, verb = (
+        ("sweep", "sweep.json", "sweep")
+        if kind == "train"
+        else ("train run", "metrics.jsonl", "train")
+    )
+    if (path / marker).is_file():
+        raise RunDirError(
+            f"{str(path)!r} is a {other}'s directory (it holds {marker}), not a {kind}'s: "
+            f"continue it with `jaxrl-engine {verb} --resume {path}`, or choose another name= "
+            "(or delete it)"
+        )
+
+
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write `data` to `path` atomically: readers see the old file or the new one, never a
     part; on any error (e.g. a full disk) the temporary file is removed and `path` is as it

@@ -22,6 +22,7 @@ from jaxrl_engine.io.files import (
     RunDirError,
     atomic_write,
     atomic_writer,
+    check_kind,
     check_no_symlinks,
     open_append,
     strict_json,
@@ -230,23 +231,6 @@ class RunDir:
             moved.append(target)
         sync_processes("discarded_checkpoints")
         return moved
-
-
-def check_kind(path: Path, kind: str) -> None:
-    """Refuse (`RunDirError`) a train into a sweep's directory (it holds `sweep.json`) and a
-    sweep into a train run's (it holds `metrics.jsonl`): either would overwrite the other's
-    summary and mix their files."""
-    other, marker, verb = (
-        ("sweep", "sweep.json", "sweep")
-        if kind == "train"
-        else ("train run", "metrics.jsonl", "train")
-    )
-    if (path / marker).is_file():
-        raise RunDirError(
-            f"{str(path)!r} is a {other}'s directory (it holds {marker}), not a {kind}'s: "
-            f"continue it with `jaxrl-engine {verb} --resume {path}`, or choose another name= "
-            "(or delete it)"
-        )
 
 
 def read_metrics_lines(path: Path) -> list[str]:

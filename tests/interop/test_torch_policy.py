@@ -157,8 +157,8 @@ class ChannelsLastConv(nn.Module):
 
 
 class TorchFunctions(nn.Module):
-    """The torch.* forms of reductions, matmul and softmax (the methods and F.* forms were
-    translated; these were refused while the message listed them by bare name)."""
+    """The torch.* forms of reductions, matmul and softmax, beside their method and F.*
+    forms."""
 
     def __init__(self):
         super().__init__()

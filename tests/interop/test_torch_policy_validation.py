@@ -224,7 +224,7 @@ def test_the_universal_path_takes_what_the_fast_path_refuses(tmp_path):
     assert jre.build(cfg).algo.static["network"].path == "universal"
 
 
-# ------------------------------------------------- session 20: what the fast path cannot see
+# ---------------------------------------------------------- what the fast path cannot see
 class InPlace(nn.Module):
     """`relu(inplace=True)` changes `y`, which is used again: torch.fx records it as a new
     value, so a translation node by node would return y + relu(y) instead of 2 relu(y)."""
