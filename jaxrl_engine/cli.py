@@ -18,6 +18,7 @@ by the signal).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,7 @@ def _print_json(summary: dict[str, Any]) -> None:
 _BAD_INPUT = (
     ("jaxrl_engine.io.config", "ConfigError"),
     ("jaxrl_engine.core.warm_up", "ShapeMismatchError"),
+    ("jaxrl_engine.core.memory", "StateTooLargeError"),
     ("jaxrl_engine.io.checkpoint", "CheckpointError"),
     ("jaxrl_engine.export.policy", "ExportError"),
     ("jaxrl_engine.io.files", "RunDirError"),
@@ -360,6 +362,31 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_import_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (installed or in the current directory), e.g. the module "
+        "that registers a run's gymnasium env 'MODULE:EnvName-v0': a run directory is data, "
+        "so the modules it names are imported only when you name them",
+    )
+
+
+def _import_modules(modules: list[str]) -> str | None:
+    """Import the user's `--import` modules; the error message of the first that fails."""
+    from jaxrl_engine.io.user_code import first_line, import_from_here
+
+    for module in modules:
+        try:
+            import_from_here(module)
+        except Exception as e:  # not found, or its own code failed
+            return f"--import {module}: {first_line(e)} (from {os.getcwd()})"
+    return None
+
+
 def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     """plot, eval, export: the verbs that read finished run directories."""
     plot = verbs.add_parser(
@@ -392,6 +419,7 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     ev.add_argument("run", metavar="RUN_DIR")
     ev.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
     ev.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes")
+    _add_import_option(ev)
     export = verbs.add_parser(
         "export",
         help="add the torch module (torch_policy.py + .pt) to a run's exported policy",
@@ -411,6 +439,7 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
         help="the torch factory of a run trained with algo.torch_policy: a run directory is "
         "data, so the factory it names is imported only when you name the same one here",
     )
+    _add_import_option(export)
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -480,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         "when the latest is corrupted); the later checkpoints are moved to "
         "RUN_DIR/discarded_checkpoints/",
     )
+    _add_import_option(train)
     sweep = verbs.add_parser(
         "sweep",
         help="train seeds x a grid of config values as vmapped members of one compiled program",
@@ -498,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         help="compile one program per distinct value of the static keys in the grid",
     )
     sweep.add_argument("--resume", metavar="RUN_DIR", help="continue this sweep directory")
+    _add_import_option(sweep)
     _add_user_verbs(verbs)
     _add_launch_verb(verbs)
     try:
@@ -516,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     from jaxrl_engine.run.signals import stop_before_training
 
     stop_before_training()
+    failed = _import_modules(getattr(args, "imports", []))
+    if failed is not None:
+        return _fail(failed, EXIT_BAD_INPUT)
     try:
         if args.verb == "train":
             return _train(args)

@@ -21,6 +21,7 @@ from jax.sharding import Mesh
 
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.hooks import Hook
+from jaxrl_engine.core.memory import StateTooLargeError
 from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
@@ -31,7 +32,13 @@ from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.compile_cache import AUTO, configure_compile_cache
-from jaxrl_engine.io.config import Config, ConfigError, config_changes, config_from_dict
+from jaxrl_engine.io.config import (
+    Config,
+    ConfigError,
+    check_env_modules,
+    config_changes,
+    config_from_dict,
+)
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
 from jaxrl_engine.run.sweep import SPEC_FILE, Group, SweepDriver
@@ -168,27 +175,38 @@ def build(
             "the actor's collection and the learner's replay-buffer write, so a replaced or "
             "hooked rollout phase would not run: set env.overlap=false"
         )
-    return Engine(
-        env,
-        algorithm,
-        num_envs=cfg.env.num_envs,
-        num_steps=cfg.algo.num_steps,
-        num_epochs=num_epochs(cfg),
-        eval_env_params=eval_params,
-        eval_envs=cfg.eval.num_envs,
-        eval_episodes=cfg.eval.episodes,
-        eval_deterministic=cfg.eval.deterministic,
-        eval_interval=cfg.eval.interval,
-        mesh=mesh,
-        phases=phases,
-        hooks=hooks,
-        # With a host env, `offload` closes the idle env set (the env's own `offload`); the
-        # params' memory-kind moves are left out: jax 0.10.2 cannot compile a jit holding both
-        # an ordered io_callback and a device_put to another memory kind (architecture notes).
-        offload=cfg.offload and not host,
-        nan_guard=cfg.nan_guard,
-        driver=Driver(cfg, host_hooks, overlap=overlap, actor_device=actor),
-    )
+    try:
+        engine = Engine(
+            env,
+            algorithm,
+            num_envs=cfg.env.num_envs,
+            num_steps=cfg.algo.num_steps,
+            num_epochs=num_epochs(cfg),
+            eval_env_params=eval_params,
+            eval_envs=cfg.eval.num_envs,
+            eval_episodes=cfg.eval.episodes,
+            eval_deterministic=cfg.eval.deterministic,
+            eval_interval=cfg.eval.interval,
+            mesh=mesh,
+            phases=phases,
+            hooks=hooks,
+            # With a host env, `offload` closes the idle env set (the env's own `offload`); the
+            # params' memory-kind moves are left out: jax 0.10.2 cannot compile a jit holding both
+            # an ordered io_callback and a device_put to another memory kind (architecture notes).
+            offload=cfg.offload and not host,
+            nan_guard=cfg.nan_guard,
+            driver=Driver(cfg, host_hooks, overlap=overlap, actor_device=actor),
+        )
+    except StateTooLargeError as e:
+        raise _with_size_keys(e, cfg) from None
+    return engine
+
+
+def _with_size_keys(e: StateTooLargeError, cfg: Config) -> StateTooLargeError:
+    """`e` with the config keys that size the state."""
+    sizes = ["algo.hidden_sizes (the networks)", "env.num_envs"]
+    sizes += ["algo.buffer_size"] if hasattr(cfg.algo, "buffer_size") else ["algo.num_steps"]
+    return StateTooLargeError(f"{e}. Its sizes come from {', '.join(sizes)}")
 
 
 def make_train(cfg: Config, **build_kwargs: Any) -> Callable[..., tuple[EngineState, Metrics]]:
@@ -214,6 +232,7 @@ def config_from_run(
     """
     overrides = list(overrides)
     given = [item.split("=", 1)[0] for item in overrides]
+    check_env_modules(stored, given, source)
     raw = copy.deepcopy(stored)
     cache = raw.get("compile_cache_dir")
     if cache and cache != AUTO and "compile_cache_dir" not in given:
@@ -376,5 +395,9 @@ def _sweep_driver(cfg: Config, groups: list[list[Any]], spec: dict[str, Any]) ->
     for g, members in enumerate(groups):
         mesh = sweep_mesh(cfg.mesh, len(members))
         engine = build(members[0].cfg, mesh=data_mesh(list(mesh.devices[0])))
-        built.append(Group(f"group{g}", members, SweepPrograms(engine, mesh, len(members))))
+        try:
+            programs = SweepPrograms(engine, mesh, len(members))
+        except StateTooLargeError as e:
+            raise _with_size_keys(e, cfg) from None
+        built.append(Group(f"group{g}", members, programs))
     return SweepDriver(cfg, spec, built)

@@ -18,7 +18,7 @@ from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params
 from jaxrl_engine.io.checkpoint import Checkpointer
-from jaxrl_engine.io.config import load_config
+from jaxrl_engine.io.config import read_config
 from jaxrl_engine.io.files import check_no_symlinks
 from jaxrl_engine.run.run_dir import RunLock
 
@@ -31,7 +31,8 @@ FACTORY_HINT = "make_policy(..., factory={factory!r}) (CLI: --factory {factory})
 def _engine_for_run(run: Path, factory: str | None) -> Engine:
     if not (run / "config.yaml").is_file():
         raise ExportError(f"{run} is not a run directory (no config.yaml)")
-    stored = load_config(run / "config.yaml", QUIET).model_dump(mode="json")
+    # Read, not validated: `config_from_run` first decides what the stored config may import.
+    stored = read_config(run / "config.yaml")
     return build(config_from_run(stored, _overrides(factory), source=str(run), how=FACTORY_HINT))
 
 

@@ -399,3 +399,59 @@ def test_fuzzed_yaml_documents_train_or_exit_2_and_write_only_their_run_director
     directory = tmp_path_factory.mktemp("fuzz")
     (directory / "config.yaml").write_text(document)
     _train_in(directory, ["config.yaml", *FORCED], capsys)
+
+
+# ------------------------------------------------------------------ sizes that cannot fit memory
+def test_a_network_too_large_for_memory_is_refused_before_anything_is_compiled(
+    nothing_run, capsys, tmp_path
+):
+    # 3 x 100,000 wide: ~80 GB of weights per network before Adam's moments. Without the check,
+    # XLA's CPU client tried to allocate init's outputs and the process stalled (not even
+    # SIGINT got through).
+    from jaxrl_engine.core.memory import GiB, host_available_bytes
+
+    if (host_available_bytes() or 0) > 4096 * GiB:
+        pytest.skip("this host has more memory than the state needs (4 TiB)")
+    status, out, err = train(
+        capsys, *SMALL, f"run_dir={tmp_path}", "algo.hidden_sizes=[100000,100000,100000]"
+    )
+    assert_clean_refusal(
+        status,
+        out,
+        err,
+        "the engine state needs",
+        "this host's available memory",
+        "['Dense_1']['kernel'] [100000, 100000] float32: 37.25 GiB",
+        "algo.hidden_sizes",
+    )
+    # The run directory holds no checkpoint: nothing to resume, nothing trained.
+    assert not list(tmp_path.rglob("epoch_*"))
+
+
+def test_a_replay_buffer_too_large_for_memory_is_refused(nothing_run, capsys, tmp_path):
+    from jaxrl_engine.core.memory import GiB, host_available_bytes
+
+    if (host_available_bytes() or 0) > 4096 * GiB:
+        pytest.skip("this host has more memory than the state needs (4 TiB)")
+    status, out, err = train(
+        capsys,
+        "configs/dqn_cartpole.yaml",
+        f"run_dir={tmp_path}",
+        "algo.buffer_size=2000000000",
+        "progress=false",
+    )
+    assert_clean_refusal(status, out, err, "buffer", "algo.buffer_size", "GiB")
+
+
+def test_a_sweep_is_checked_for_all_its_members_at_once(monkeypatch, tmp_path):
+    # Each member's state fits; the members of one compiled group together do not.
+    import jaxrl_engine.core.memory as memory
+
+    cfg = jre.load_config(None, [*SMALL, f"run_dir={tmp_path}", "name=sw"])
+    engine = jre.build(cfg)
+    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(engine.state_shape))
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: int(2.5 * one))
+    jre.build(cfg)  # one member: fits
+    with pytest.raises(memory.StateTooLargeError, match=r"sweep's state \(4 members\)"):
+        jre.sweep(cfg, seeds=[0, 1, 2, 3])
+    assert not list(tmp_path.rglob("epoch_*"))

@@ -18,6 +18,7 @@ from jax.sharding import Mesh
 
 from jaxrl_engine.core.batching import one_key_at_a_time
 from jaxrl_engine.core.hooks import Hook, chain
+from jaxrl_engine.core.memory import check_state_fits
 from jaxrl_engine.core.nan_guard import (
     GUARDED_STATE,
     MAY_BE_NAN,
@@ -223,6 +224,7 @@ class Engine:
         self.state_shape = jax.eval_shape(self._init, jax.random.key(0), algorithm.hparams)
         host_paths = OFFLOADED_BETWEEN_EPOCHS if offload else ()
         self.state_sharding = state_sharding(self.state_shape, self.mesh, num_envs, host_paths)
+        check_state_fits(self.state_shape, self.state_sharding)  # before anything is compiled
         # Donating an input that lives in pinned_host memory corrupts the output buffers on
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
         # donates nothing; the driver drops the old state, which frees it just the same.

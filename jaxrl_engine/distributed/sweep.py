@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.memory import check_state_fits
 from jaxrl_engine.core.sharding import state_sharding
 from jaxrl_engine.core.state import EngineState, hparams_arrays
 from jaxrl_engine.core.warm_up import compile_phase
@@ -264,6 +265,9 @@ class SweepPrograms:
         )
         self.state_shape = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((members, *x.shape), x.dtype), engine.state_shape
+        )
+        check_state_fits(
+            self.state_shape, self.state_sharding, what=f"the sweep's state ({members} members)"
         )
         self._init = jax.jit(jax.vmap(engine.init_pure), out_shardings=self.state_sharding)
         self._jitted = {

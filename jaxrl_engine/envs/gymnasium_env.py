@@ -127,6 +127,9 @@ class GymnasiumEnv:
         ValueError naming config `key` (env.id or eval.env_id) when it cannot be made."""
         import gymnasium
 
+        from jaxrl_engine.io.user_code import import_env_module
+
+        import_env_module(env_id, key)  # gymnasium's "module:EnvName-v0", found from the cwd too
         try:
             probe = gymnasium.make(env_id, **dict(params.kwargs))
         except Exception as e:  # not registered, a missing extra (mujoco), bad kwargs

@@ -20,15 +20,23 @@ from jaxrl_engine.core.phases import evaluate_episodes
 from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError
-from jaxrl_engine.io.config import load_config
+from jaxrl_engine.io.config import Config, check_env_modules, config_from_dict, read_config
 
 EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
+
+
+def _run_config(run_dir: Path) -> Config:
+    """The run's config; what it names is imported only where this process already has it
+    (`check_env_modules`). `loggers` may name wandb, which evaluating does not need installed."""
+    stored = read_config(run_dir / "config.yaml")
+    check_env_modules(stored, [], str(run_dir / "config.yaml"))
+    return config_from_dict(stored, ["loggers=[jsonl]", "progress=false"])
 
 
 def _universal(run_dir: Path) -> bool:
     """Whether the run's config acts through the universal torch path (False when unreadable)."""
     try:
-        cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
+        cfg = _run_config(run_dir)
     except (OSError, ValueError):
         return False
     torch_policy = getattr(cfg.algo, "torch_policy", None)
@@ -53,8 +61,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
         )
     if episodes <= 0:
         raise ValueError(f"episodes={episodes}: need at least one")
-    # `loggers` may name wandb, which evaluating does not need installed.
-    cfg = load_config(run_dir / "config.yaml", ["loggers=[jsonl]", "progress=false"])
+    cfg = _run_config(run_dir)
     # Episodes run in rounds of at most EVAL_BATCH envs at once (memory stays bounded).
     batch = min(episodes, EVAL_BATCH)
     env: Any

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxrl_engine.io.user_code import first_line, import_from_here
+
 TORCH_ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
 
 
@@ -116,23 +118,6 @@ class TorchPolicyError(ValueError):
     """The torch policy of `algo.torch_policy` cannot be set up (factory, kwargs or shapes)."""
 
 
-def _import_from_here(module_name: str) -> Any:
-    """`import module_name`, and when its top-level package is not found, again with the
-    current directory first on the path (the `jaxrl-engine` command does not put it there)."""
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        top = module_name.split(".")[0]
-        here = os.getcwd()
-        if e.name != top or here in sys.path:
-            raise
-    sys.path.insert(0, here)
-    try:
-        return importlib.import_module(module_name)
-    finally:
-        sys.path.remove(here)
-
-
 def _module_from_file(where: str, path: Path) -> Any:
     """The module that the Python file `path` defines, loaded under a name of its own."""
     if not path.is_file():
@@ -154,14 +139,6 @@ def _module_from_file(where: str, path: Path) -> Any:
     return module
 
 
-def first_line(e: BaseException) -> str:
-    """`Type: first line of the message` (at most 200 characters) for one-line reports."""
-    text = str(e).strip()
-    line = text.splitlines()[0] if text else ""
-    line = line if len(line) <= 200 else line[:197] + "..."
-    return f"{type(e).__name__}: {line}" if line else type(e).__name__
-
-
 def resolve_factory(spec: str) -> Callable[..., Any]:
     """`"package.module:function"` or `"path/to/nets.py:function"` -> the function;
     `TorchPolicyError` naming what failed. A dotted module is imported as Python would, then
@@ -178,7 +155,7 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
         if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
             module = _module_from_file(where, Path(module_name))
         else:
-            module = _import_from_here(module_name)
+            module = import_from_here(module_name)
     except TorchPolicyError:
         raise
     except ModuleNotFoundError as e:

@@ -24,6 +24,7 @@ import operator
 import os
 import re
 import reprlib
+import sys
 import unicodedata
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -114,7 +115,11 @@ class EnvConfig(Strict):
         "stepped on the host; envpool: an EnvPool id (C++ vectorised envs, the `envpool` "
         "extra), stepped on the host",
     )
-    id: str = Field("CartPole-v1", description="environment id of the suite")
+    id: str = Field(
+        "CartPole-v1",
+        description="environment id of the suite; gymnasium: also 'your_module:EnvName-v0' "
+        "(the module, installed or in the current directory, registers the env)",
+    )
     num_envs: int = Field(16, gt=0, description="parallel envs in rollout (sharded over `data`)")
     params: dict[str, float | int | bool | str] = Field(
         default_factory=dict,
@@ -178,12 +183,21 @@ class EnvConfig(Strict):
         if self.suite == "gymnasium":
             import gymnasium
 
-            if self.id not in gymnasium.registry:
-                close = [e for e in gymnasium.registry if self.id.split("-")[0] in e][:8]
+            from jaxrl_engine.io.user_code import import_env_module
+
+            try:  # gymnasium's "module:EnvName-v0": the module registers the env
+                name = import_env_module(self.id, "env.id")
+            except ValueError as e:
+                raise field_error("id", str(e).removeprefix(f"env.id={self.id!r}: ")) from None
+            if name not in gymnasium.registry:
+                close = [e for e in gymnasium.registry if name.split("-")[0] in e][:8]
+                module = self.id.rpartition(":")[0]
                 raise field_error(
                     "id",
-                    f"{self.id!r} is not a registered gymnasium id"
-                    + (f"; similar: {', '.join(close)}" if close else ""),
+                    f"{name!r} is not a registered gymnasium id"
+                    + (f" (after importing {module!r})" if module else "")
+                    + (f"; similar: {', '.join(close)}" if close else "")
+                    + ("" if module else "; an env of your own: 'your_module:EnvName-v0'"),
                 )
             return self
         if self.id not in GYMNAX_ENV_IDS and not _structure_only(info):
@@ -724,7 +738,7 @@ def load_config(
     on_structure(cfg): called between the two validations (see the module docstring) with
     the config whose keys, types, values and sizes are valid and whose env checks are still
     to come (the CLI's first status line); only the returned config is fully validated."""
-    return config_from_dict(_read_config(path), overrides, on_structure)
+    return config_from_dict(read_config(path), overrides, on_structure)
 
 
 def load_distributed(
@@ -732,7 +746,7 @@ def load_distributed(
 ) -> DistributedConfig:
     """The `distributed` block of a config file with overrides, validated alone: what a
     process must know before JAX starts (validating the whole config starts JAX)."""
-    raw = apply_overrides(_read_config(path), list(overrides or []))
+    raw = apply_overrides(read_config(path), list(overrides or []))
     try:  # (a model of this block alone: errors name `distributed.<key>`)
         block = raw.get("distributed") or {}
         return _DistributedOnly.model_validate({"distributed": block}).distributed
@@ -744,7 +758,8 @@ class _DistributedOnly(Strict):
     distributed: DistributedConfig
 
 
-def _read_config(path: str | Path | None) -> dict[str, Any]:
+def read_config(path: str | Path | None) -> dict[str, Any]:
+    """A YAML config file's mapping, not yet validated (None: empty, the built-in default)."""
     raw: dict[str, Any] = {}
     if path is not None:
         name = f"config file {_short(str(path))}"
@@ -781,6 +796,25 @@ def _read_text(path: Path, name: str) -> str:
         raise ConfigError(
             f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}"
         ) from None
+
+
+def check_env_modules(stored: dict[str, Any], given: list[str], source: str) -> None:
+    """ConfigError for a stored env id of gymnasium's `module:EnvName-v0` form whose module this
+    process has not imported, unless the user names that key again in the overrides: the
+    module's code would run on the run directory's word."""
+    for key in ("env.id", "eval.env_id"):
+        section, field = key.split(".")
+        value = (
+            stored.get(section, {}).get(field) if isinstance(stored.get(section), dict) else None
+        )
+        module = value.rpartition(":")[0] if isinstance(value, str) else ""
+        if not module or module in sys.modules or section in given or key in given:
+            continue
+        raise ConfigError(
+            f"{source} names the env {value!r} for {key}, registered by the module {module!r}; "
+            "a run directory is data, never code, so that module is not imported on its word: "
+            f"if it is yours, import it first (CLI: --import {module}; Python: import {module})"
+        )
 
 
 def config_from_dict(

@@ -1,0 +1,63 @@
+"""The user's own modules, named in a config: imported as `python -m` would find them.
+
+The `jaxrl-engine` command does not put the current directory on `sys.path` (a console script
+runs from its own folder), so `mynets:make` or `my_envs:Corridor-v0` next to the user would not
+be found; these helpers try the installed module first, then the current directory. They are
+for what the user names (overrides, their own config file); a run directory's config is data,
+and `compose.config_from_run` refuses to import what it names on its word.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+
+def import_from_here(module_name: str) -> Any:
+    """`import module_name`, and when its top-level package is not found, again with the
+    current directory first on the path."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.split(".")[0]
+        here = os.getcwd()
+        if e.name != top or here in sys.path:
+            raise
+    sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path.remove(here)
+
+
+def import_env_module(env_id: str, key: str) -> str:
+    """For gymnasium's `"module:EnvName-v0"` form, import `module` (which registers the env)
+    and return `EnvName-v0`; an id without a module is returned as it is. ValueError naming
+    config `key` when the module cannot be imported."""
+    module, sep, name = env_id.rpartition(":")
+    if not sep:
+        return env_id
+    if not module or not name:
+        raise ValueError(f"{key}={env_id!r}: the form is 'module:EnvName-v0' (gymnasium's)")
+    try:
+        import_from_here(module)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module + ".").startswith(e.name + "."):
+            raise ValueError(
+                f"{key}={env_id!r}: no module named {e.name!r}, installed or in the current "
+                f"directory ({os.getcwd()})"
+            ) from None
+        raise ValueError(f"{key}={env_id!r}: importing {module!r} raised {first_line(e)}") from None
+    except Exception as e:  # the module's own code failed
+        raise ValueError(f"{key}={env_id!r}: importing {module!r} raised {first_line(e)}") from None
+    return name
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message` (at most 200 characters) for one-line reports."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    line = line if len(line) <= 200 else line[:197] + "..."
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
