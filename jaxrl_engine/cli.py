@@ -132,6 +132,11 @@ def _train(args: argparse.Namespace) -> int:
         )
     if args.from_checkpoint is not None and args.resume is None:
         return _fail("--from-checkpoint N goes with --resume RUN_DIR", EXIT_BAD_INPUT)
+    if args.print_config and args.resume is not None:
+        return _fail(
+            f"--print-config shows a new run's config; a run's own is {args.resume}/config.yaml",
+            EXIT_BAD_INPUT,
+        )
     if args.resume is not None and config is not None:
         return _fail(
             f"--resume continues with the run's own config; drop the config file {config!r} "
@@ -175,6 +180,11 @@ def _train(args: argparse.Namespace) -> int:
                         flush=True,
                     )
 
+            if args.print_config:  # validated as a run would be (the env made); no JAX program
+                from jaxrl_engine.io.config import dump_config
+
+                print(dump_config(load_config(config, overrides)), end="")
+                return 0
             cfg = load_config(config, overrides, on_structure=starting)
             run = Path(cfg.run_dir) / cfg.name
             import jax
@@ -508,6 +518,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --resume: continue from the checkpoint of epoch N instead of the latest (e.g. "
         "when the latest is corrupted); the later checkpoints are moved to "
         "RUN_DIR/discarded_checkpoints/",
+    )
+    train.add_argument(
+        "--print-config",
+        action="store_true",
+        help="validate CONFIG with the overrides as a run would (the env is made), print the "
+        "resolved config as YAML and exit: nothing is compiled or written",
     )
     _add_import_option(train)
     sweep = verbs.add_parser(

@@ -158,3 +158,35 @@ def test_successful_run_prints_the_summary_as_the_last_stdout_line(tmp_path, cap
     # From the CLI's start: its imports, config and build come before `run` (startup_s).
     parts = [summary[k] for k in ("startup_s", "compile_s", "train_s", "end_s")]
     assert min(parts) >= 0 and summary["wall_s"] >= sum(parts) and summary["startup_s"] > 0
+
+
+def test_print_config_prints_the_resolved_config_that_loads_back_the_same(
+    tmp_path, no_compile, capsys, monkeypatch
+):
+    from jaxrl_engine.io.config import dump_config, load_config
+
+    monkeypatch.chdir(tmp_path)
+    argv = [str(ROOT / "configs" / "sac_pendulum.yaml"), "algo.actor_lr=1e-3", "seed=7"]
+    assert cli.main(["train", *argv, "--print-config"]) == 0
+    out, _ = capsys.readouterr()
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(out)
+    cfg = load_config(printed)
+    assert cfg.algo.actor_lr == 1e-3 and cfg.seed == 7 and cfg.algo.name == "sac"
+    assert dump_config(cfg) == dump_config(load_config(argv[0], argv[1:]))
+    assert [p.name for p in tmp_path.iterdir()] == ["printed.yaml"]  # nothing else written
+    assert not any(m.called for m in no_compile.values())
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["algo.lr=-1"], "'algo.lr'"),
+        (["--resume", "runs/x"], "a run's own is runs/x/config.yaml"),
+    ],
+    ids=["bad override", "with --resume"],
+)
+def test_print_config_refuses_what_a_run_would(argv, fragment, tmp_path, no_compile, capsys):
+    assert cli.main(["train", "--print-config", *argv]) == cli.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and fragment in err
