@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -59,9 +58,11 @@ def _pool(device: Any, memory_kind: str | None) -> str:
 
 def pool_bytes(shapes: Any, shardings: Any) -> tuple[dict[str, int], list[tuple[int, str]]]:
     """({pool: bytes}, [(bytes, description) of each leaf, largest first]) of a state of
-    `shapes` (ShapeDtypeStructs) placed by `shardings` (a matching pytree of Shardings)."""
+    `shapes` (ShapeDtypeStructs) placed by `shardings` (a matching pytree of Shardings). The
+    pools are this process's: its host memory and each of its accelerators."""
     pools: dict[str, int] = {}
     leaves: list[tuple[int, str]] = []
+    here = jax.process_index()
     flat_shardings = jax.tree.leaves(
         shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding)
     )
@@ -73,6 +74,8 @@ def pool_bytes(shapes: Any, shardings: Any) -> tuple[dict[str, int], list[tuple[
         shard = math.prod(sharding.shard_shape(leaf.shape)) * itemsize
         kind = getattr(sharding, "memory_kind", None)
         for device in sharding.device_set:
+            if device.process_index != here:  # another process's (host's) memory
+                continue
             pool = _pool(device, kind)
             pools[pool] = pools.get(pool, 0) + shard
         total = math.prod(leaf.shape) * itemsize
@@ -88,14 +91,10 @@ def check_state_fits(
     shardings: Any,
     *,
     what: str = "the engine state",
-    host_bytes: Callable[[], int | None] | None = None,
-    device_bytes: Callable[[Any], int | None] | None = None,
 ) -> None:
     """Raise `StateTooLargeError` when a state of `shapes` placed by `shardings` needs more
     bytes in some memory pool than it has (the host's available memory; an
     accelerator's allocator limit). A pool whose size is unknown is not checked."""
-    host_bytes = host_bytes or host_available_bytes
-    device_bytes = device_bytes or device_limit_bytes
     pools, leaves = pool_bytes(shapes, shardings)
     devices = {
         f"{d.platform}:{d.id}": d
@@ -103,12 +102,16 @@ def check_state_fits(
         for d in s.device_set
     }
     for pool, need in sorted(pools.items()):
-        have = host_bytes() if pool == "host" else device_bytes(devices[pool])
+        have = host_available_bytes() if pool == "host" else device_limit_bytes(devices[pool])
         if have is None or need <= have:
             continue
         where = "this host's available memory" if pool == "host" else f"device {pool}'s memory"
-        largest = "; ".join(f"{desc}: {size / GiB:.2f} GiB" for size, desc in leaves[:3])
+        largest = "; ".join(f"{desc}: {_size(size)}" for size, desc in leaves[:3])
         raise StateTooLargeError(
-            f"{what} needs {need / GiB:.2f} GiB, more than {where} "
-            f"({have / GiB:.2f} GiB), before any training memory; its largest parts: {largest}"
+            f"{what} needs {_size(need)}, more than {where} ({_size(have)}), before any "
+            f"training memory; its largest parts: {largest}"
         )
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / 2**20:.2f} MiB"
