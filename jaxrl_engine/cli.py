@@ -359,13 +359,6 @@ def _export(args: argparse.Namespace) -> int:
                 "--checkpoint exports one from the run's latest checkpoint"
             )
         if json.loads((policy / "meta.json").read_text())["torch"] is not None:
-            try:
-                import torch  # noqa: F401  (the torch artefact needs it)
-            except ImportError:
-                raise ExportError(
-                    "export writes the torch module, which needs torch: "
-                    "pip install 'jaxrl-engine[torch]' (the JAX artefact is policy.py)"
-                ) from None
             export_torch(policy)
         else:
             print(

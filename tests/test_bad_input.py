@@ -435,7 +435,7 @@ def test_a_replay_buffer_too_large_for_memory_is_refused(nothing_run, capsys, tm
         pytest.skip("this host has more memory than the state needs (4 TiB)")
     status, out, err = train(
         capsys,
-        "configs/dqn_cartpole.yaml",
+        str(Path(__file__).resolve().parents[1] / "configs" / "dqn_cartpole.yaml"),
         f"run_dir={tmp_path}",
         "algo.buffer_size=2000000000",
         "progress=false",

@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
 from jaxrl_engine.envs.host_callback import ordered_host_call
+from jaxrl_engine.io.user_code import import_env_module
 
 Vectorization = Literal["sync", "async"]
 DEFAULT_MAX_STEPS = 1000  # evaluation horizon of an env without a registered step limit
@@ -126,8 +127,6 @@ class GymnasiumEnv:
         """(obs shape, obs dtype, action spec, step limit) of one env made with `params`;
         ValueError naming config `key` (env.id or eval.env_id) when it cannot be made."""
         import gymnasium
-
-        from jaxrl_engine.io.user_code import import_env_module
 
         import_env_module(env_id, key)  # gymnasium's "module:EnvName-v0", found from the cwd too
         try:

@@ -42,6 +42,7 @@ from pydantic import (
 
 from jaxrl_engine.algos.configs import ALGORITHMS, PPOConfig
 from jaxrl_engine.io.schema import _FIELD_TAG, INT32_MAX, Strict, field_error, run_epochs
+from jaxrl_engine.io.user_code import import_env_module
 
 # `compile_cache_dir`'s default: the user's own cache folder (jaxrl_engine/io/compile_cache.py).
 AUTO_COMPILE_CACHE = "auto"
@@ -182,8 +183,6 @@ class EnvConfig(Strict):
             return self
         if self.suite == "gymnasium":
             import gymnasium
-
-            from jaxrl_engine.io.user_code import import_env_module
 
             try:  # gymnasium's "module:EnvName-v0": the module registers the env
                 name = import_env_module(self.id, "env.id")

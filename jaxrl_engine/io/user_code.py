@@ -4,7 +4,7 @@ The `jaxrl-engine` command does not put the current directory on `sys.path` (a c
 runs from its own folder), so `mynets:make` or `my_envs:Corridor-v0` next to the user would not
 be found; these helpers try the installed module first, then the current directory. They are
 for what the user names (overrides, their own config file); a run directory's config is data,
-and `compose.config_from_run` refuses to import what it names on its word.
+and `io.config.check_env_modules` refuses to import what it names on its word.
 """
 
 from __future__ import annotations

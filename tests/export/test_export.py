@@ -167,6 +167,14 @@ def test_cli_export_adds_the_torch_files(trained, capsys):
     assert "--factory goes with --checkpoint" in capsys.readouterr().err
 
 
+def test_cli_export_without_torch_names_the_extra(trained, capsys, monkeypatch):
+    _, _, policy, _, _ = trained
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    assert cli.main(["export", str(policy.parent)]) == cli.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and "pip install 'jaxrl-engine[torch]'" in err and "Traceback" not in err
+
+
 OFF_POLICY = {
     "dqn": ["algo.name=dqn", "algo.buffer_size=256", "algo.batch_size=16"],
     "sac": ["algo.name=sac", "env.id=Pendulum-v1", "algo.buffer_size=256", "algo.batch_size=16"],
