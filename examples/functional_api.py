@@ -61,8 +61,9 @@ print("epoch counter:", int(state.counters.epoch), " env steps:", int(state.coun
 # %% [markdown]
 # ## A hook of your own
 # A hook transforms a phase. This one adds the parameter norm to `train`'s metrics; `every(2,
-# hook)` applies it on even epochs only (a `lax.cond` inside the compiled phase, so it costs
-# nothing on the others, whose value is NaN).
+# hook)` applies it where `counters.epoch % 2 == 0` as the phase runs. The counter counts the
+# epochs finished before this one, so here the 1st and 3rd epochs (a `lax.cond` inside the
+# compiled phase: it costs nothing on the others, whose value is NaN).
 
 
 # %%

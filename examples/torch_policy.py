@@ -18,6 +18,7 @@ The config-file route to the same thing is `configs/ppo_torch_policy.yaml`:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import jax
 import torch
@@ -64,7 +65,7 @@ def main() -> None:
     print(f"torch actor before training: return {torch_episode_return(actor):.1f}")
 
     cfg = jre.load_config(
-        "configs/ppo_cartpole.yaml",
+        Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml",  # (any cwd)
         [f"total_env_steps={args.steps}", "name=example_torch_policy", "progress=false"],
     )
     env = make_env(cfg.env.id)

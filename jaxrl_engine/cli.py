@@ -334,7 +334,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    import json
 
     problem = _missing_run(args.run)
     if problem:
@@ -350,24 +349,20 @@ def _export(args: argparse.Namespace) -> int:
     from jaxrl_engine.policy import export_from_checkpoint
 
     policy = Path(args.run) / POLICY_DIR
+    policy_written = False
     try:
         if args.checkpoint:
             export_from_checkpoint(args.run, factory=args.factory)
+            policy_written = True
         if not (policy / "meta.json").is_file():
             raise ExportError(
                 f"{args.run} has no exported policy ({policy}/meta.json); "
                 "--checkpoint exports one from the run's latest checkpoint"
             )
-        if json.loads((policy / "meta.json").read_text())["torch"] is not None:
-            export_torch(policy)
-        else:
-            print(
-                "jaxrl-engine: no torch module for this policy (not an MLP actor-critic); "
-                "the JAX artefact is policy.py",
-                file=sys.stderr,
-            )
+        export_torch(policy)  # (ExportError for a policy with no torch form)
     except _bad_input() as e:
-        return _fail(str(e), EXIT_BAD_INPUT)
+        done = " (--checkpoint rewrote the JAX artefact first)" if policy_written else ""
+        return _fail(f"{e}{done}", EXIT_BAD_INPUT)
     print(policy)
     return 0
 

@@ -134,13 +134,25 @@ def build(
                 "without the actor; set one of them"
             )
         actor = local[cfg.env.actor_device]
-        if mesh is None:  # the learner's data mesh: every other device (one, for a host env)
+        if mesh is None:  # the learner's data mesh: the other devices (one for a host env)
             others = [d for d in jax.devices() if d != actor]
-            mesh = data_mesh(others[:1] if host else others)
+            if cfg.mesh.data is not None and cfg.mesh.data > len(others):
+                raise ConfigError(
+                    f"config key 'mesh.data': {cfg.mesh.data} learner devices asked, "
+                    f"{len(others)} are left besides the actor's (env.actor_device="
+                    f"{cfg.env.actor_device})"
+                )
+            mesh = train_mesh(cfg.mesh, others[:1] if host and cfg.mesh.data is None else others)
         elif actor in set(mesh.devices.flat):
             raise ConfigError(
                 f"config key 'env.actor_device': device {actor} is also in the learner's mesh"
             )
+    if mesh is None and cfg.mesh.sweep is not None:
+        raise ConfigError(
+            f"config key 'mesh.sweep': {cfg.mesh.sweep} shards a sweep's members (jaxrl-engine "
+            "sweep, jre.sweep); one run has no sweep axis: set mesh.sweep=null (mesh.data shards "
+            "its envs)"
+        )
     mesh = mesh if mesh is not None else train_mesh(cfg.mesh)
     if host and mesh.size > 1:
         raise ConfigError(
@@ -151,7 +163,11 @@ def build(
         if n % mesh.size:
             raise ConfigError(
                 f"{key}={n} must be a multiple of the {mesh.size} devices of the 'data' mesh axis "
-                "(mesh.data)"
+                + (
+                    f"(mesh.data; the devices besides env.actor_device={cfg.env.actor_device})"
+                    if actor is not None
+                    else "(mesh.data)"
+                )
             )
     if algorithm is None:
         try:

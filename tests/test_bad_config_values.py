@@ -262,6 +262,21 @@ def test_yes_no_on_off_are_words_for_a_name_and_booleans_for_a_flag():
     assert cfg.name == "off" and cfg.eval.deterministic is False and cfg.progress is True
 
 
+def test_a_text_key_keeps_what_was_written_where_yaml_reads_a_number_or_null():
+    """`name=2024` is the run named "2024" (YAML reads an int); a key that may be null still
+    takes `null`, and a number key still takes a number."""
+    cfg = jre.load_config(
+        None, ["name=2024", "run_dir=1e3", "algo.torch_policy.factory=nan", "seed=7"]
+    )
+    assert (cfg.name, cfg.run_dir, cfg.seed) == ("2024", "1e3", 7)
+    assert cfg.algo.torch_policy.factory == "nan"
+    assert jre.load_config(None, ["name=null"]).name == "null"  # (a name cannot be null)
+    cfg = jre.load_config(None, ["eval.env_id=null", "compile_cache_dir=null"])
+    assert cfg.eval.env_id is None and cfg.compile_cache_dir is None
+    with pytest.raises(jre.ConfigError, match=r"'env\.id': unknown env id '2048'"):
+        jre.load_config(None, ["env.id=2048"])  # the id as written, not "a valid string"
+
+
 OFF_POLICY = ["algo.name=dqn", "algo.buffer_size=1024", "total_env_steps=20480"]
 OFF_POLICY_CASES = {
     "a batch larger than the buffer": (

@@ -443,6 +443,12 @@ def test_a_replay_buffer_too_large_for_memory_is_refused(nothing_run, capsys, tm
     assert_clean_refusal(status, out, err, "buffer", "algo.buffer_size", "GiB")
 
 
+def test_a_sweep_axis_in_a_single_run_is_refused(nothing_run, capsys, tmp_path):
+    """`mesh.sweep` shards a sweep's members; a train would ignore it without a word."""
+    status, out, err = train(capsys, *SMALL, f"run_dir={tmp_path}", "mesh.sweep=2")
+    assert_clean_refusal(status, out, err, "'mesh.sweep'", "mesh.sweep=null")
+
+
 def test_a_sweep_is_checked_for_all_its_members_at_once(monkeypatch, tmp_path):
     # Each member's state fits; the members of one compiled group together do not.
     import jaxrl_engine.core.memory as memory

@@ -8,9 +8,13 @@ Each process runs the given `jaxrl-engine` command with `distributed.coordinator
 stdout is passed through (its last line is the run's summary); the others' stdout is dropped
 (their summaries repeat it); every process's stderr is shown. When one process fails, the
 others are stopped at once (SIGTERM, then SIGKILL after a grace period) and the launcher exits
-with the failed process's status; SIGINT/SIGTERM to the launcher are passed on to all of them,
-and SIGUSR1 too (each process prints every thread's stack: what a stuck job is doing). On
-Linux a process also gets SIGTERM when the launcher dies without stopping it (SIGKILL).
+with the failed process's status; SIGINT/SIGTERM to the launcher are passed on to all of them
+once (each process stops after its epoch with a checkpoint, and the launcher waits for them),
+and SIGUSR1 too (each process prints every thread's stack: what a stuck job is doing). The
+processes run in their own sessions, so a terminal's Ctrl-C (sent to the whole foreground
+process group) reaches them only through the launcher, not twice (a second signal ends a
+process at once). On Linux a process also gets SIGTERM when the launcher dies without
+stopping it (SIGKILL).
 
 Standard library only: it starts processes and watches them, JAX starts in each of them.
 """
@@ -65,13 +69,17 @@ def commands(
     return out
 
 
+def _wait(procs: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
 def _stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
     for p in procs:
         if p.poll() is None:
             p.send_signal(sig)
-    deadline = time.monotonic() + GRACE_S
-    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+    _wait(procs, GRACE_S)
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -114,19 +122,32 @@ def launch(n: int, command: Sequence[str], cpu_devices: int | None = None, port:
         for i, (argv, env) in enumerate(commands(n, command, port, cpu_devices)):
             stdout = None if i == 0 else subprocess.DEVNULL
             procs.append(
-                subprocess.Popen(argv, env=env, stdout=stdout, preexec_fn=_die_with_parent)
+                subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdout=stdout,
+                    preexec_fn=_die_with_parent,
+                    start_new_session=True,  # (signals come through `forward` only)
+                )
             )
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed and received:
+                # Every process was signalled and is stopping on its own (checkpoint, summary):
+                # wait for all, then report process 0's status (the others' repeat it).
+                _wait(procs, GRACE_S)
+                first = procs[0].returncode
+                code = first if first is not None and first != 0 else failed[0][1]
+                _stop(procs)
+                return code if code > 0 else 128 - code
             if failed:
                 i, code = failed[0]
-                if not received:
-                    print(
-                        f"jaxrl-engine launch: process {i} exited with status {code}; stopping "
-                        "the others",
-                        file=sys.stderr,
-                    )
+                print(
+                    f"jaxrl-engine launch: process {i} exited with status {code}; stopping "
+                    "the others",
+                    file=sys.stderr,
+                )
                 _stop(procs)
                 return code if code > 0 else 128 - code  # killed by a signal: 128 + signum
             if all(c == 0 for c in codes):

@@ -200,6 +200,7 @@ def plan_sweep(
             for key, value in settings.items():
                 set_key(raw, key, copy.deepcopy(value))
             raw.update(seed=seed, name=name, run_dir=str(root))
+            raw["mesh"]["sweep"] = None  # (the sweep's axis: a member alone is one run)
             try:
                 member_cfg = config_from_dict(raw)
                 check_sweepable(member_cfg)

@@ -25,6 +25,7 @@ import os
 import re
 import reprlib
 import sys
+import typing
 import unicodedata
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -719,10 +720,43 @@ def set_key(raw: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def _text_field(parts: list[str]) -> tuple[bool, bool] | None:
+    """(takes None, ...) for a config key whose values are text only (`name`, `env.id`,
+    `run_dir`; under `algo`, a key that is text in every algorithm that has it); else None."""
+    models: list[Any] = [Config]
+    annotations: list[Any] = []
+    for i, part in enumerate(parts):
+        found = [m.model_fields[part].annotation for m in models if part in m.model_fields]
+        if not found:
+            return None
+        if i == len(parts) - 1:
+            annotations = found
+            break
+        models = [
+            t
+            for a in found
+            for t in (typing.get_args(a) or (a,))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+    takes_none = False
+    for annotation in annotations:
+        types = set(typing.get_args(annotation) or (annotation,))
+        takes_none |= type(None) in types
+        if types - {type(None)} != {str}:
+            return None
+    return (takes_none, True)
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`raw` with each `a.b.c=value` set (values parsed as YAML scalars/lists)."""
+    """`raw` with each `a.b.c=value` set (values parsed as YAML scalars/lists). A key that
+    takes text only keeps the text as written where YAML reads a number or a boolean
+    (`name=2024`, `env.id=2048`), and `null` too where the key cannot be null."""
     for item in overrides:
         parts, value = _parse_override(item)
+        if isinstance(value, int | float | bool) or value is None:
+            text = _text_field(parts)
+            if text is not None and (value is not None or not text[0]):
+                value = item.split("=", 1)[1].strip()
         set_key(raw, ".".join(parts), value)
     return raw
 

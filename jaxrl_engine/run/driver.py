@@ -33,7 +33,7 @@ from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
-from jaxrl_engine.run.run_dir import RunDir, write_failing_batch
+from jaxrl_engine.run.run_dir import RunDir, end_status, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
 
@@ -55,7 +55,8 @@ class TrainingInterrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM stopped `run` after a whole epoch, with a checkpoint and the summary.
 
     A `KeyboardInterrupt`, so `except Exception` does not swallow it. `state` is the state after
-    the last finished epoch; `checkpoint` its checkpoint directory (None without checkpoints);
+    the last finished epoch (None when a sweep stopped between two groups); `checkpoint` its
+    checkpoint directory (None without checkpoints);
     `summary` what summary.json holds.
     """
 
@@ -63,14 +64,15 @@ class TrainingInterrupted(KeyboardInterrupt):
         self,
         signame: str,
         epoch: int,
-        state: EngineState,
+        state: EngineState | None,
         checkpoint: Path | None,
         summary: dict[str, Any],
+        message: str | None = None,
     ):
         self.signame, self.epoch, self.state = signame, epoch, state
         self.checkpoint, self.summary = checkpoint, summary
         where = f"; checkpoint {checkpoint}" if checkpoint is not None else ""
-        super().__init__(f"{signame}: stopped after epoch {epoch}{where}")
+        super().__init__(message or f"{signame}: stopped after epoch {epoch}{where}")
 
 
 def placed_as(state: EngineState, sharding: Any) -> EngineState:
@@ -129,21 +131,27 @@ class Driver:
         evaluations and checkpoints); `end_s` after the last epoch (final checkpoint, summary,
         policy export). wall_s >= startup_s + compile_s + train_s + end_s.
 
+        The summary's `status` is `completed` once the engine's `num_epochs` are trained, and
+        `paused` when a smaller `num_epochs` stopped this call early: the directory is then an
+        unfinished run (its checkpoint continues with `jre.resume` or `train --resume`; no
+        policy is exported until it completes).
+
         Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summary written first),
         `NonFiniteError` when `nan_guard` fires (failing batch written, checkpoints untouched)
         and `CheckpointError` when the run directory holds checkpoints that do not fit.
         """
         called = time.perf_counter()
         cfg = self.cfg
+        if run_dir is not None:  # the run is named by its directory (its config.yaml says so)
+            path = Path(run_dir)
+            cfg = cfg.model_copy(update={"name": path.name, "run_dir": str(path.parent)})
         compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))
         total = engine.num_epochs if num_epochs is None else num_epochs
         # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
         # In a multi-process run, process 0 writes it; the others read it and join the saves.
         primary = is_primary()
-        out = RunDir(
-            run_dir if run_dir is not None else Path(cfg.run_dir) / cfg.name, cfg, writer=primary
-        )
+        out = RunDir(Path(cfg.run_dir) / cfg.name, cfg, writer=primary)
         show = (cfg.progress if progress is None else progress) and primary
         hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
         run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
@@ -196,9 +204,9 @@ class Driver:
                             stop.signame, run.done, state, run.checkpoint, run.summary
                         )
                 # A signal from here on lets the end of the run (checkpoint, summary, export)
-                # finish: the run is complete.
+                # finish: the run is complete (or paused where `num_epochs` asked to stop early).
                 run.train_end = time.perf_counter()
-                self._end(run, state, hooks, "completed")
+                self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
         finally:
             self._close(run, started, raise_errors=not failed)
@@ -212,7 +220,7 @@ class Driver:
         if (
             first >= total
             and summary is not None
-            and summary.get("status") == "completed"
+            and summary.get("status") in ("completed", "paused")
             and summary.get("epochs") == first
         ):
             print(

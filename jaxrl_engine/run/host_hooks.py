@@ -9,8 +9,9 @@ user's after checkpoints, logging and progress, before the summary and the polic
     next_boundary(epoch)    an epoch after which the driver must stop a chunk (e.g. a save)
     on_records(run, rows)   the per-epoch records of a chunk, in order (logging)
     after_chunk(run, state) the state after a chunk's last epoch (checkpoint, progress)
-    end(run, state)         once, when the run ends (`run.status`: completed, interrupted,
-                            non_finite); the summary and the policy export are written here
+    end(run, state)         once, when the run ends (`run.status`: completed, paused,
+                            interrupted, non_finite); the summary and the policy export
+                            (completed only) are written here
     close(run)              always, last (close files), in reverse order
 
 A hook reads and writes only `RunInfo` and its own fields; it never reaches into another hook.

@@ -32,6 +32,13 @@ from jaxrl_engine.io.logging import make_loggers
 LOCK_FILE = ".lock"
 
 
+def end_status(done: int, num_epochs: int) -> str:
+    """A summary's status when training stopped at epoch `done` with no signal or failure:
+    `completed` at the config's `num_epochs`, `paused` before it (a library call's smaller
+    `num_epochs`): the directory is then an unfinished run that resume continues."""
+    return "completed" if done >= num_epochs else "paused"
+
+
 def _pid_in(fd: int) -> int | None:
     text = os.pread(fd, 32, 0).decode(errors="replace").strip()
     return int(text) if text.isdigit() else None

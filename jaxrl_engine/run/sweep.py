@@ -42,8 +42,8 @@ from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import atomic_write, strict_json
 from jaxrl_engine.run.driver import TrainingInterrupted
-from jaxrl_engine.run.run_dir import RunDir
-from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
+from jaxrl_engine.run.run_dir import RunDir, end_status
+from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 SPEC_FILE = "sweep.json"
 CSV_FILE = "sweep.csv"
@@ -155,6 +155,7 @@ class SweepDriver:
         self.root = Path(cfg.run_dir) / cfg.name
         self.compile_s = self.train_s = 0.0
         self.steps_trained = 0  # env steps trained by this call, all members
+        self.training_started = False  # (this call: a signal before it ends the start-up)
         self.wall_start = time.perf_counter()
         self.primary = is_primary()
 
@@ -170,6 +171,8 @@ class SweepDriver:
         Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summaries written).
         """
         self.wall_start = time.perf_counter()
+        self.compile_s = self.train_s = 0.0
+        self.steps_trained, self.training_started = 0, False
         # The sweep's lock, no symlinks anywhere inside; in a multi-process job process 0
         # writes the directory (the others read it and join the checkpoints and gathers).
         out = RunDir(self.root, self.cfg, writer=self.primary, kind="sweep")
@@ -185,23 +188,41 @@ class SweepDriver:
                 ]
                 if self.primary:
                     atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
-                trained = False
-                for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
-                    try:
-                        trained |= self._run_group(group, chk, start, num_epochs, show)
-                    except TrainingInterrupted as e:
-                        interrupted = e
-                        break
+                trained, paused = False, False
+                # One handler for the whole sweep: a signal while one group ends or the next
+                # compiles stops the sweep there, as one during an epoch does.
+                with stop_on_signals(checkpoints=self.cfg.save_interval > 0) as stop:
+                    for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
+                        if stop.signame is not None:  # came as the previous group ended
+                            interrupted = TrainingInterrupted(
+                                stop.signame,
+                                start[0],
+                                None,
+                                None,
+                                {},
+                                f"{stop.signame}: stopped before {group.label} (the groups "
+                                "before it are finished)",
+                            )
+                            break
+                        try:
+                            ran = self._run_group(group, chk, start, num_epochs, show, stop)
+                        except TrainingInterrupted as e:
+                            interrupted = e
+                            break
+                        trained |= ran is not None
+                        paused |= ran == "paused"
             finally:
                 show.stop()
                 for chk in checkpoints:
                     if chk is not None:
                         chk.close()
             finished = out.read_summary() if resume and not trained and not interrupted else None
-            if finished is not None and finished.get("status") == "completed":
+            if finished is not None and finished.get("status") in ("completed", "paused"):
                 # every group was finished already: its summary stands, nothing is rewritten
                 return {**finished, "table": self.table(finished)}
-            summary = self._finish("interrupted" if interrupted else "completed")
+            summary = self._finish(
+                "interrupted" if interrupted else "paused" if paused else "completed"
+            )
             out.write_summary(summary)
         finally:
             out.release()
@@ -259,14 +280,16 @@ class SweepDriver:
         start: tuple[int, dict[str, str]],
         num_epochs: int | None,
         show: SweepProgress,
-    ) -> bool:
+        stop: StopSignal,
+    ) -> str | None:
         """Train one group to `num_epochs`; write its members' summaries (and policies).
-        False when the group was finished already (nothing trained, nothing written)."""
+        Returns the group's status (`completed`, or `paused` before the config's epochs), None
+        when it was finished already (nothing trained, nothing written)."""
         programs, engine = group.programs, group.programs.engine
         first, failed = start
         total = engine.num_epochs if num_epochs is None else num_epochs
         if first >= total and all(
-            _read_summary(self.root / m.name).get("status") in ("completed", "non_finite")
+            _read_summary(self.root / m.name).get("status") in ("completed", "paused", "non_finite")
             for m in group.members
         ):
             print(
@@ -274,7 +297,7 @@ class SweepDriver:
                 f"{total}); its members are unchanged",
                 file=sys.stderr,
             )
-            return False
+            return None
         if first == 0 and checkpoints is not None and checkpoints.latest() is not None:
             print(
                 f"jaxrl-engine: {self.root} held a finished sweep; starting {group.label} over "
@@ -297,13 +320,19 @@ class SweepDriver:
                     [m.cfg.algo.hparams(engine.spec) for m in group.members],
                 )
             self.compile_s += programs.compile()
-            raise_if_stopped()
+            raise_if_stopped()  # (a signal before the sweep's handler: the CLI's start-up)
+            if stop.signame is not None and not self.training_started:
+                raise KeyboardInterrupt(stop.signame)  # before training started, as `train`
+            if stop.signame is not None:  # came while this group compiled: none of it trains
+                checkpoint = checkpoints.path_of(first) if checkpoints and first else None
+                self._end(group, runs, state, checkpoint, "interrupted")
+                raise TrainingInterrupted(stop.signame, first, state, checkpoint, {})
             show.start(group.label, len(runs), first, total)
-            self._train(group, runs, state, checkpoints, first, total, show)
+            self.training_started = True
+            return self._train(group, runs, state, checkpoints, first, total, show, stop)
         finally:
             for run in runs:
                 run.out.close()
-        return True
 
     def _train(
         self,
@@ -314,32 +343,34 @@ class SweepDriver:
         first: int,
         total: int,
         show: SweepProgress,
-    ) -> None:
+        stop: StopSignal,
+    ) -> str:
         engine, save = group.programs.engine, self.cfg.save_interval
         done, saved, began = first, first, time.perf_counter()
         checkpoint: Path | None = None
-        with stop_on_signals(checkpoints=checkpoints is not None) as stop:
-            while done < total:
-                n = self._chunk_length(engine, done, total)
-                training = sum(r.status == "running" for r in runs)
-                state = self._chunk(group, runs, state, done, n, total)
-                done += n
-                self.steps_trained += training * n * engine.steps_per_epoch
-                if checkpoints is not None and (done % save == 0 or done == total):
-                    checkpoint, saved = self._save(group, runs, state, checkpoints, done), done
-                elapsed = time.perf_counter() - began
-                rate = (done - first) * len(runs) * engine.steps_per_epoch / max(elapsed, 1e-9)
-                finals = [r.final_eval for r in runs if r.status == "running"]
-                finite = [f for f in finals if math.isfinite(f)]
-                show.update(done, rate, float(np.mean(finite)) if finite else math.nan)
-                if stop.signame is not None and done < total:
-                    if checkpoints is not None and saved != done:
-                        checkpoint = self._save(group, runs, state, checkpoints, done)
-                    self.train_s += time.perf_counter() - began
-                    self._end(group, runs, state, checkpoint, "interrupted")
-                    raise TrainingInterrupted(stop.signame, done, state, checkpoint, {})
+        while done < total:
+            n = self._chunk_length(engine, done, total)
+            training = sum(r.status == "running" for r in runs)
+            state = self._chunk(group, runs, state, done, n, total)
+            done += n
+            self.steps_trained += training * n * engine.steps_per_epoch
+            if checkpoints is not None and (done % save == 0 or done == total):
+                checkpoint, saved = self._save(group, runs, state, checkpoints, done), done
+            elapsed = time.perf_counter() - began
+            rate = (done - first) * len(runs) * engine.steps_per_epoch / max(elapsed, 1e-9)
+            finals = [r.final_eval for r in runs if r.status == "running"]
+            finite = [f for f in finals if math.isfinite(f)]
+            show.update(done, rate, float(np.mean(finite)) if finite else math.nan)
+            if stop.signame is not None and done < total:
+                if checkpoints is not None and saved != done:
+                    checkpoint = self._save(group, runs, state, checkpoints, done)
+                self.train_s += time.perf_counter() - began
+                self._end(group, runs, state, checkpoint, "interrupted")
+                raise TrainingInterrupted(stop.signame, done, state, checkpoint, {})
         self.train_s += time.perf_counter() - began
-        self._end(group, runs, state, checkpoint, "completed")
+        status = end_status(done, engine.num_epochs)
+        self._end(group, runs, state, checkpoint, status)
+        return status
 
     def _chunk_length(self, engine: Any, done: int, total: int) -> int:
         """Epochs to the next evaluation, checkpoint or the end (at most `epochs_per_call`)."""
@@ -481,7 +512,9 @@ class SweepDriver:
                     }
                 )
                 returns = by_setting.setdefault(member.setting, [])
-                if summary.get("status") == "completed" and isinstance(final, int | float):
+                if summary.get("status") in ("completed", "paused") and isinstance(
+                    final, int | float
+                ):
                     returns.append(float(final))
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")

@@ -81,6 +81,17 @@ def test_run_resumes_up_to_the_total_number_of_epochs(small_cfg, tmp_path):
     assert int(state.counters.epoch) == 4
 
 
+def test_a_run_directory_given_to_run_names_the_run(small_cfg, tmp_path):
+    """`run(run_dir=X)`: the summary and the stored config name X, so what the directory
+    says is what `jre.resume(X)` continues."""
+    engine = jre.build(small_cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path / "mine")
+    stored = jre.load_config(tmp_path / "mine" / "config.yaml")
+    assert summary["name"] == stored.name == "mine" and stored.run_dir == str(tmp_path)
+    assert summary["run_dir"] == str((tmp_path / "mine").absolute())
+    assert not (tmp_path / small_cfg.name).exists()
+
+
 def test_profile_mode_gives_the_fused_result_and_times_each_phase(tmp_path):
     fused_engine = jre.build(small_config(tmp_path=tmp_path / "fused"))  # 4 epochs, eval every 2
     fused, fused_history_summary = fused_engine.run(fused_engine.init(jax.random.key(3)))

@@ -241,6 +241,42 @@ def test_launch_stops_and_reports_a_failing_job(tmp_path):
     assert "exited with status 2" in proc.stderr
 
 
+def test_a_terminal_ctrl_c_stops_a_launched_job_once_with_a_checkpoint(tmp_path):
+    """Ctrl-C in a terminal signals the whole foreground process group: each process must see
+    it once (from the launcher), stop after its epoch with a checkpoint and the summary, and
+    the job exit 75, not take the second-signal path (exit at once, no checkpoint)."""
+    args = [*TINY, "total_env_steps=2e6", "save_interval=1000", PATIENT, f"run_dir={tmp_path}"]
+    proc = subprocess.Popen(
+        [*CLI, "launch", "-n", "2", "--", "train", *args, "name=job"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    metrics = tmp_path / "job" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.stat().st_size > 0):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no epoch in 300 s"
+        time.sleep(0.2)
+    # The processes are outside the launcher's group (two SIGINTs sent at once may merge into
+    # one pending signal, so the exit status alone would not show a double delivery).
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 2 and all(os.getpgid(int(c)) != proc.pid for c in children)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted" and summary["checkpoint"] is not None, summary
+    assert Path(summary["checkpoint"]).is_dir()
+    assert "before training starts" not in err, err[-3000:]
+
+
 def test_distributed_keys_are_checked_before_jax_starts():
     proc = subprocess.run(
         [*CLI, "train", "distributed.coordinator=localhost", "distributed.num_processes=2"],

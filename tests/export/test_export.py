@@ -241,3 +241,21 @@ def test_cli_export_from_the_latest_checkpoint(tmp_path, capsys):
     assert (run_dir / "metrics.jsonl").read_text() == metrics  # the run is only read
     if importlib.util.find_spec("torch") is not None:
         assert (run_dir / POLICY_DIR / "torch_policy.pt").is_file()
+
+
+def test_cli_export_of_a_policy_with_no_torch_form_exits_2(tmp_path, capsys):
+    """A run whose network is the user's own torch module (algo.torch_policy): `export` adds
+    no torch module, so it fails (exit 2, naming why) and the JAX artefact stays."""
+    cfg = small_config(
+        "algo.torch_policy.factory=jaxrl_engine.interop.torch_nets:mlp",
+        "total_env_steps=128",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    policy = tmp_path / cfg.name / POLICY_DIR
+    capsys.readouterr()
+    assert cli.main(["export", str(policy.parent)]) == cli.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert "no torch module for it; use the JAX artefact (policy.py)" in err and out == ""
+    assert (policy / "policy.py").is_file() and not (policy / "torch_policy.pt").exists()

@@ -169,6 +169,12 @@ for name, algo in algos.items():
         "checkpoint": summary["checkpoint"],
         "lags": [r["rollout/policy_lag"] for r in summary["records"]],
     }
+ppo = lambda *extra: jre.load_config(None, [*base, *algos["ppo"], "env.actor_device=3", *extra])
+out["mesh_data_1"] = [str(x) for x in jre.build(ppo("mesh.data=1")).mesh.devices.flat]
+try:
+    jre.build(ppo("mesh.data=4"))
+except jre.ConfigError as e:
+    out["mesh_data_4"] = str(e)
 print(json.dumps(out))
 """
 
@@ -192,6 +198,11 @@ def test_the_actor_runs_on_its_own_device_with_the_same_results(tmp_path):
         assert got["learner"] == ["cpu:0"], got
         assert got["status"] == "completed" and got["epochs"] == 4
         assert got["checkpoint"].endswith("epoch_4") and got["lags"] == [0, 1, 0, 1]
+    # mesh.data sizes the learner's mesh from the devices besides the actor's.
+    assert out["mesh_data_1"] == ["cpu:0"]
+    assert (
+        "'mesh.data': 4 learner devices asked, 3 are left besides the actor's" in out["mesh_data_4"]
+    )
 
 
 @pytest.mark.parametrize(
