@@ -122,6 +122,23 @@ def _missing_run(path: str, what: str = "run directory") -> str | None:
     return None
 
 
+def _run_not_sweep(path: str, verb: str) -> str | None:
+    """`path` is a sweep's directory (it holds sweep.json): `verb` takes one of its members."""
+    if not (Path(path) / "sweep.json").is_file() or (Path(path) / "metrics.jsonl").exists():
+        return None
+    from jaxrl_engine.io.plot import sweep_members
+
+    try:
+        members = sweep_members(path) or []
+    except ValueError:
+        members = []
+    example = f", e.g. {members[0]}" if members else ""
+    return (
+        f"{path!r} is a sweep's directory: {verb} takes one of its members' run directories"
+        f"{example} (its sweep.csv lists them; `jaxrl-engine plot {path}` plots them all)"
+    )
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxrl_engine.run.signals import raise_if_stopped
 
@@ -314,7 +331,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    problem = _missing_run(args.run)
+    problem = _missing_run(args.run) or _run_not_sweep(args.run, "eval")
     if problem:
         return _fail(problem, EXIT_BAD_INPUT)
     from jaxrl_engine.export.evaluate import evaluate_run
@@ -334,8 +351,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-
-    problem = _missing_run(args.run)
+    problem = _missing_run(args.run) or _run_not_sweep(args.run, "export")
     if problem:
         return _fail(problem, EXIT_BAD_INPUT)
     if args.factory is not None and not args.checkpoint:
@@ -488,12 +504,30 @@ def _add_launch_verb(verbs: argparse._SubParsersAction) -> None:
 USER_VERBS = {"plot": _plot, "eval": _eval, "export": _export, "launch": _launch}
 
 
+def _plain_warnings() -> None:
+    """On the command line, the engine's own warnings read as its other messages do
+    (`jaxrl-engine: warning: ...`), without Python's file, line number and source line."""
+    import warnings
+
+    package = str(Path(__file__).resolve().parent)
+    shown = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+        if str(Path(filename).resolve()).startswith(package):
+            print(f"jaxrl-engine: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, *rest)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line (not a call from Python): `kill -USR1` dumps stacks
         import faulthandler
         import signal
 
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        _plain_warnings()
     parser = _Parser(prog="jaxrl-engine", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     train = verbs.add_parser(

@@ -190,3 +190,19 @@ def test_print_config_refuses_what_a_run_would(argv, fragment, tmp_path, no_comp
     assert cli.main(["train", "--print-config", *argv]) == cli.EXIT_BAD_INPUT
     out, err = capsys.readouterr()
     assert out == "" and fragment in err
+
+
+def test_the_engines_own_warnings_read_as_its_messages_on_the_command_line(monkeypatch, capsys):
+    """`jaxrl-engine: warning: ...` for a warning raised in the package (e.g. a policy that
+    cannot be exported); another package's warnings keep Python's form."""
+    import warnings
+
+    import jaxrl_engine.run.host_hooks as where
+
+    others = []
+    monkeypatch.setattr(warnings, "showwarning", lambda *a, **k: others.append(a))
+    cli._plain_warnings()
+    warnings.showwarning(UserWarning("policy not exported: x"), UserWarning, where.__file__, 9)
+    warnings.showwarning(UserWarning("elsewhere"), UserWarning, "/site-packages/gym/core.py", 3)
+    assert capsys.readouterr().err == "jaxrl-engine: warning: policy not exported: x\n"
+    assert [str(a[0]) for a in others] == ["elsewhere"]

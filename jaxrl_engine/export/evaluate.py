@@ -43,6 +43,20 @@ def _universal(run_dir: Path) -> bool:
     return torch_policy is not None and torch_policy.path == "universal"
 
 
+def _check_observations(exported: Any, spec: Any, run_dir: Path) -> None:
+    """ExportError when the env gives observations the exported policy does not take (the
+    env changed since training: a user's env module edited, another package version)."""
+    obs = exported.in_avals[-1]  # (params..., obs[batch, ...])
+    want = tuple(int(d) for d in obs.shape[1:])
+    if want != tuple(spec.obs_shape) or np.dtype(obs.dtype) != np.dtype(spec.obs_dtype):
+        raise ExportError(
+            f"{run_dir}: env {spec.env_id!r} now gives observations of shape "
+            f"{list(spec.obs_shape)} {np.dtype(spec.obs_dtype).name}, but the run's exported "
+            f"policy takes {list(want)} {np.dtype(obs.dtype).name}: the env changed since "
+            "training (its module or package), so this policy cannot be evaluated on it"
+        )
+
+
 def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dict[str, Any]:
     """Statistics of the run's exported policy over `episodes` evaluation episodes."""
     run_dir = Path(run_dir)
@@ -81,6 +95,8 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
             "re-export it from a checkpoint with `jaxrl-engine export --checkpoint "
             f"{run_dir}`"
         ) from None
+
+    _check_observations(exported, env.spec(env_params), run_dir)
 
     @jax.jit
     def run(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -350,7 +350,9 @@ class Config(Strict):
     uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
 
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")
-    seed: int = Field(0, ge=0, description="PRNG seed")
+    seed: int = Field(
+        0, ge=0, description="PRNG seed of jax.random.key: at most 2**32 - 1 (uint32)"
+    )
     total_env_steps: int = Field(
         1_000_000, gt=0, description="env steps to train (rounded up to whole epochs)"
     )

@@ -13,6 +13,8 @@ JSON file `{"label": ..., "curve": [{"env_steps": ..., "return": ..., "wall_s": 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +47,38 @@ class Curve:
     mean: np.ndarray
     low: np.ndarray
     high: np.ndarray
+
+
+def sweep_members(path: str | Path) -> list[Path] | None:
+    """The member run directories of a sweep's directory (its `sweep.csv`, read as data: a
+    member is a plain folder name inside it), those that logged records; None when `path`
+    is not a sweep's directory."""
+    path = Path(path)
+    table = path / "sweep.csv"
+    if (path / "metrics.jsonl").exists() or not table.is_file():
+        return None
+    try:
+        rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{table} is not a readable sweep table ({type(e).__name__})") from None
+    names = [str(row.get("member") or "") for row in rows]
+    members = [
+        path / name
+        for name in names
+        if name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+    ]
+    return [m for m in members if (m / "metrics.jsonl").is_file()]
+
+
+def expand_sweeps(paths: Sequence[str | Path]) -> list[Path]:
+    """`paths` with each sweep's directory replaced by its members' run directories."""
+    out: list[Path] = []
+    for p in paths:
+        members = sweep_members(p)
+        if members == []:
+            raise FileNotFoundError(f"{p} is a sweep's directory whose members logged no records")
+        out.extend(members if members is not None else [Path(p)])
+    return out
 
 
 def read_run(path: str | Path) -> Run:
@@ -188,14 +222,16 @@ def plot_runs(
     metric: str = EVAL_RETURN,
     references: Sequence[str | Path] = (),
 ) -> Any:
-    """Figure with `metric` vs env steps (left) and vs wall time (right), with any reference
-    curves (`read_reference`) dashed; saved to `out` (.png or .svg) when given. Returns the
+    """Figure with `metric` vs env steps (left) and vs wall time (right) of the runs at
+    `paths` (a sweep's directory stands for its members), with any reference curves
+    (`read_reference`) dashed; saved to `out` (.png or .svg) when given. Returns the
     matplotlib Figure."""
     from matplotlib.figure import Figure
 
     refs = [read_reference(r) for r in references]  # bad files fail before any run is read
     curves = [
-        curve(label, runs, metric) for label, runs in group_runs([read_run(p) for p in paths])
+        curve(label, runs, metric)
+        for label, runs in group_runs([read_run(p) for p in expand_sweeps(paths)])
     ]
     fig = Figure(figsize=(11, 4), layout="constrained")
     by_steps, by_time = fig.subplots(1, 2, sharey=True)

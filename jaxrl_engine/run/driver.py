@@ -325,9 +325,14 @@ class Driver:
             run, state, hooks, "non_finite", error=str(error), failing_batch=str(batch.absolute())
         )
         error.summary = run.summary
+        checkpoint = run.summary["checkpoint"]
         error.add_note(
-            f"failing batch: {batch}; last good checkpoint: {run.summary['checkpoint']} "
-            "(left as it was)"
+            f"failing batch: {batch}; "
+            + (
+                f"last good checkpoint: {checkpoint} (left as it was)"
+                if checkpoint is not None
+                else "no checkpoint was written before it"
+            )
         )
         raise error
 

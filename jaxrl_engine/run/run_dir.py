@@ -150,9 +150,11 @@ class RunDir:
         if not self.writer:
             return restored if restored is not None else read_metrics_lines(path)
         atomic_write(self.path / "config.yaml", dump_config(self.cfg))
-        if first == 0:  # a fresh run (or one started over): no TensorBoard events of another
-            for old in self.path.glob("events.out.tfevents.*"):
-                old.unlink()
+        if first == 0:  # a fresh run (or one started over): no TensorBoard events or failing
+            # batches of another (a resume keeps its failing batches: the evidence of a failure)
+            for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
+                for old in self.path.glob(pattern):
+                    old.unlink()
         if restored is None:
             restored = [
                 line

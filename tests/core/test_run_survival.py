@@ -142,6 +142,22 @@ def test_nan_rewards_in_epoch_3_stop_the_run_keep_checkpoint_2_and_write_the_bat
     assert summary["failing_batch"] == str(batch_file)
 
 
+def test_a_non_finite_run_without_checkpoints_says_so_and_a_fresh_start_clears_its_batch(
+    tmp_path,
+):
+    cfg = small_config("save_interval=0", "eval.interval=10", tmp_path=tmp_path)
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=2 * 16))
+    with pytest.raises(jre.NonFiniteError) as info:
+        engine.run(engine.init(jax.random.key(0)))
+    notes = " ".join(info.value.__notes__)
+    assert "no checkpoint was written before it" in notes and "None" not in notes
+    batch = tmp_path / cfg.name / "nonfinite_epoch_3.npz"
+    assert batch.is_file()
+    clean = jre.build(cfg)  # started over (no checkpoint to refuse it), with finite rewards
+    _, summary = clean.run(clean.init(jax.random.key(0)))
+    assert summary["status"] == "completed" and not batch.exists()
+
+
 def test_a_fresh_run_over_an_unfinished_one_is_refused_naming_resume(tmp_path):
     cfg = small_config("save_interval=1", tmp_path=tmp_path)
     engine = jre.build(cfg)

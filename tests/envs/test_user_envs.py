@@ -5,6 +5,7 @@ eval import it only when the user says `--import MODULE`."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import sys
@@ -98,6 +99,16 @@ def test_a_users_env_trains_resumes_and_evaluates_with_its_module_imported(
     status, out, err = run_cli(capsys, "eval", str(run), "--episodes", "4", "--import", module)
     assert status == 0, err
     assert json.loads(out.strip().splitlines()[-1])["episodes"] == 4
+
+    # The module edited since training (15 cells): eval names both shapes, no XLA message.
+    sys.modules.pop(module)
+    source = tmp_path / f"{module}.py"
+    source.write_text(source.read_text().replace("(5,)", "(15,)").replace("zeros(5", "zeros(15"))
+    importlib.invalidate_caches()
+    status, out, err = run_cli(capsys, "eval", str(run), "--episodes", "4", "--import", module)
+    assert status == cli.EXIT_BAD_INPUT, err
+    assert "now gives observations of shape [15] float32" in err, err
+    assert "exported policy takes [5] float32" in err and "Traceback" not in err
 
 
 BAD_IDS = {

@@ -128,6 +128,33 @@ def test_cli_plot_of_several_runs_writes_into_the_first_not_the_cwd(tmp_path, ca
     assert list(cwd.iterdir()) == []
 
 
+def fake_sweep(root, members, extra_rows=()):
+    """A sweep's directory: sweep.json, sweep.csv naming `members`, and their run dirs."""
+    root.mkdir()
+    (root / "sweep.json").write_text("{}")
+    for s, name in enumerate(members):
+        fake_run(root, name, [s, s + 1, s + 2], f"seed={s}")
+    rows = [*members, *extra_rows]
+    (root / "sweep.csv").write_text("member,seed\n" + "".join(f"{m},0\n" for m in rows))
+    return root
+
+
+def test_cli_plot_of_a_sweep_plots_its_members_and_eval_names_one(tmp_path, capsys):
+    # Rows that are not plain folder names inside the sweep (a sweep.csv is data) are skipped.
+    outside = fake_run(tmp_path, "outside", [9, 9, 9])
+    sweep = fake_sweep(tmp_path / "lr", ["seed0", "seed1"], [f"../{outside.name}", "/etc", ".."])
+    assert cli.main(["plot", str(sweep)]) == 0
+    assert capsys.readouterr().out.strip() == str(sweep / "curves.png")
+    fig = plot_runs([sweep])
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_label() == "lr (mean, min-max of 2 seeds)"  # not the outside run
+    np.testing.assert_allclose(line.get_ydata(), [0.5, 1.5, 2.5])
+    for verb in ("eval", "export"):
+        assert cli.main([verb, str(sweep)]) == cli.EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert "is a sweep's directory" in err and f"e.g. {sweep / 'seed0'}" in err, err
+
+
 def test_cli_plot_rejects_a_directory_without_metrics(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "no metrics.jsonl" in capsys.readouterr().err
