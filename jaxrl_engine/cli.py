@@ -512,11 +512,18 @@ def _plain_warnings() -> None:
     package = str(Path(__file__).resolve().parent)
     shown = warnings.showwarning
 
-    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         if str(Path(filename).resolve()).startswith(package):
             print(f"jaxrl-engine: warning: {message}", file=sys.stderr, flush=True)
         else:
-            shown(message, category, filename, lineno, *rest)
+            shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
 
