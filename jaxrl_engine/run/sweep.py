@@ -200,8 +200,8 @@ class SweepDriver:
                                 None,
                                 None,
                                 {},
-                                f"{stop.signame}: stopped before {group.label} (the groups "
-                                "before it are finished)",
+                                f"{stop.signame}: stopped before training {group.label} (the "
+                                "groups before it are finished)",
                             )
                             break
                         try:
@@ -326,7 +326,15 @@ class SweepDriver:
             if stop.signame is not None:  # came while this group compiled: none of it trains
                 checkpoint = checkpoints.path_of(first) if checkpoints and first else None
                 self._end(group, runs, state, checkpoint, "interrupted")
-                raise TrainingInterrupted(stop.signame, first, state, checkpoint, {})
+                raise TrainingInterrupted(
+                    stop.signame,
+                    first,
+                    state,
+                    checkpoint,
+                    {},
+                    f"{stop.signame}: stopped before training {group.label} (at epoch {first}; "
+                    "the groups before it are finished)",
+                )
             show.start(group.label, len(runs), first, total)
             self.training_started = True
             return self._train(group, runs, state, checkpoints, first, total, show, stop)
