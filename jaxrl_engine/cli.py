@@ -197,12 +197,21 @@ def _train(args: argparse.Namespace) -> int:
                         flush=True,
                     )
 
+            cfg = load_config(
+                config, overrides, on_structure=None if args.print_config else starting
+            )
+            if cfg.mesh.sweep is not None:  # (a sweep's key; a run alone would ignore it)
+                return _fail(
+                    f"config key 'mesh.sweep': {cfg.mesh.sweep} shards a sweep's members "
+                    "(jaxrl-engine sweep); one run has no sweep axis: set mesh.sweep=null "
+                    "(mesh.data shards its envs)",
+                    EXIT_BAD_INPUT,
+                )
             if args.print_config:  # validated as a run would be (the env made); no JAX program
                 from jaxrl_engine.io.config import dump_config
 
-                print(dump_config(load_config(config, overrides)), end="")
+                print(dump_config(cfg), end="")
                 return 0
-            cfg = load_config(config, overrides, on_structure=starting)
             run = Path(cfg.run_dir) / cfg.name
             import jax
 
@@ -377,10 +386,22 @@ def _export(args: argparse.Namespace) -> int:
             )
         export_torch(policy)  # (ExportError for a policy with no torch form)
     except _bad_input() as e:
-        done = " (--checkpoint rewrote the JAX artefact first)" if policy_written else ""
-        return _fail(f"{e}{done}", EXIT_BAD_INPUT)
+        if not (policy_written and isinstance(e, ExportError) and _no_torch_form(policy)):
+            return _fail(str(e), EXIT_BAD_INPUT)
+        # --checkpoint did its part (the JAX artefact); there is no torch one to add
+        print(f"jaxrl-engine: {e}", file=sys.stderr)
     print(policy)
     return 0
+
+
+def _no_torch_form(policy: Path) -> bool:
+    """The exported policy has no torch module (its meta.json says so)."""
+    import json
+
+    try:
+        return json.loads((policy / "meta.json").read_text()).get("torch") is None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _add_import_option(parser: argparse.ArgumentParser) -> None:
@@ -598,7 +619,15 @@ def main(argv: list[str] | None = None) -> int:
     args.started = STARTED if argv is None else time.perf_counter()
     from jaxrl_engine.run.signals import stop_before_training
 
-    stop_before_training()
+    if argv is None and args.verb in USER_VERBS and args.verb != "launch":
+        # eval, export, plot: no training to checkpoint, so SIGINT/SIGTERM end them at once,
+        # even inside a long XLA call (a Python handler would wait for the call to return)
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+    else:
+        stop_before_training()
     failed = _import_modules(getattr(args, "imports", []))
     if failed is not None:
         return _fail(failed, EXIT_BAD_INPUT)

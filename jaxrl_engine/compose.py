@@ -147,12 +147,6 @@ def build(
             raise ConfigError(
                 f"config key 'env.actor_device': device {actor} is also in the learner's mesh"
             )
-    if mesh is None and cfg.mesh.sweep is not None:
-        raise ConfigError(
-            f"config key 'mesh.sweep': {cfg.mesh.sweep} shards a sweep's members (jaxrl-engine "
-            "sweep, jre.sweep); one run has no sweep axis: set mesh.sweep=null (mesh.data shards "
-            "its envs)"
-        )
     mesh = mesh if mesh is not None else train_mesh(cfg.mesh)
     if host and mesh.size > 1:
         raise ConfigError(
@@ -281,6 +275,12 @@ def config_from_run(
     return cfg
 
 
+def sweep_member(path: Path) -> bool:
+    """`path` is a member's run directory inside a sweep's directory (which holds its
+    checkpoints: the member has none of its own)."""
+    return (path.parent / "sweep.json").is_file() and (path / "metrics.jsonl").is_file()
+
+
 def resume(
     run_dir: str | Path,
     overrides: list[str] | None = None,
@@ -314,13 +314,25 @@ def resume(
         )
     if not (path / "checkpoints").is_dir():
         raise CheckpointError(
-            f"cannot resume: {str(path)!r} has no checkpoints/ (is it a run directory? runs "
-            "with save_interval=0 write none)"
+            f"cannot resume: {str(path)!r} has no checkpoints/ "
+            + (
+                f"(it is a member of the sweep {str(path.parent)!r}, whose checkpoints hold "
+                f"all its members: jre.resume_sweep({str(path.parent)!r}), or `jaxrl-engine "
+                f"sweep --resume {path.parent}`)"
+                if sweep_member(path)
+                else "(is it a run directory? runs with save_interval=0 write none)"
+            )
         )
     for item in overrides or []:
-        if item.split("=", 1)[0] in ("name", "run_dir"):
+        key = item.split("=", 1)[0]
+        if key in ("name", "run_dir"):
             raise ConfigError(
                 f"override {item!r}: a resumed run stays in its run directory {str(path)!r}"
+            )
+        if key == "seed":  # the PRNG state is the checkpoint's: a new seed would change nothing
+            raise ConfigError(
+                f"override {item!r}: a resumed run continues its checkpoint's random state, so "
+                "its seed cannot change (start a new run for another seed)"
             )
     checkpoints = Checkpointer(path / "checkpoints", read_only=True)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jax
 
-from jaxrl_engine.compose import build, config_from_run
+from jaxrl_engine.compose import build, config_from_run, sweep_member
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params
@@ -43,7 +43,14 @@ def _overrides(factory: str | None) -> list[str]:
 def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineState]:
     """(engine, state) of the run's latest checkpoint; the engine from its stored config."""
     if not (run / "checkpoints").is_dir():
-        raise ExportError(f"{run} has no checkpoints/ to read a policy from")
+        where = (
+            f" (a sweep member: its checkpoints are the sweep's, {run.parent / 'checkpoints'}; "
+            f"its policy/ is written when its sweep completes or pauses: continue it with "
+            f"jre.resume_sweep({str(run.parent)!r}))"
+            if sweep_member(run)
+            else ""
+        )
+        raise ExportError(f"{run} has no checkpoints/ to read a policy from{where}")
     checkpoints = Checkpointer(run / "checkpoints", read_only=True)
     try:
         info = checkpoints.info()

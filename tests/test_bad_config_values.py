@@ -271,6 +271,8 @@ def test_a_text_key_keeps_what_was_written_where_yaml_reads_a_number_or_null():
     assert (cfg.name, cfg.run_dir, cfg.seed) == ("2024", "1e3", 7)
     assert cfg.algo.torch_policy.factory == "nan"
     assert jre.load_config(None, ["name=null"]).name == "null"  # (a name cannot be null)
+    for quoted in ('name="2024"', "name='2024'", "name=2024  # the year"):
+        assert jre.load_config(None, [quoted]).name == "2024", quoted
     cfg = jre.load_config(None, ["eval.env_id=null", "compile_cache_dir=null"])
     assert cfg.eval.env_id is None and cfg.compile_cache_dir is None
     with pytest.raises(jre.ConfigError, match=r"'env\.id': unknown env id '2048'"):

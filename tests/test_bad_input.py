@@ -20,6 +20,7 @@ import jaxrl_engine as jre
 import jaxrl_engine.compose as build_module
 import jaxrl_engine.core.engine as engine_module
 from jaxrl_engine import cli
+from jaxrl_engine.export.policy import ExportError
 from tests.conftest import SMALL
 
 
@@ -150,6 +151,24 @@ def test_resume_with_a_config_file_is_refused(run_copy, nothing_run, capsys, tmp
 def test_resume_cannot_move_the_run(run_copy, nothing_run, capsys):
     status, out, err = train(capsys, "--resume", str(run_copy), "name=elsewhere")
     assert_clean_refusal(status, out, err, "'name=elsewhere'", "stays in its run directory")
+
+
+def test_resume_cannot_change_the_seed(run_copy, nothing_run, capsys):
+    """The checkpoint's random state continues: a new seed would change nothing but the
+    config.yaml, which would then misdescribe the run."""
+    status, out, err = train(capsys, "--resume", str(run_copy), "seed=5")
+    assert_clean_refusal(status, out, err, "'seed=5'", "its seed cannot change")
+
+
+def test_resume_of_a_sweep_member_names_the_sweep(nothing_run, capsys, tmp_path):
+    member = tmp_path / "sw" / "seed0"
+    member.mkdir(parents=True)
+    (tmp_path / "sw" / "sweep.json").write_text("{}")
+    (member / "metrics.jsonl").write_text("")
+    status, out, err = train(capsys, "--resume", str(member))
+    assert_clean_refusal(status, out, err, "member of the sweep", "sweep --resume")
+    with pytest.raises(ExportError, match=r"a sweep member.*resume_sweep"):
+        jre.make_policy(member, checkpoint=True)
 
 
 def test_resume_with_a_config_that_changes_shapes(run_copy, nothing_run, capsys):

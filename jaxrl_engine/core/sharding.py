@@ -79,6 +79,16 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+def max_over_processes(value: int) -> int:
+    """The largest of `value` over every process of a multi-process run (a collective: every
+    process calls it at the same point); `value` itself with one process."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+
+
 def sync_processes(name: str) -> None:
     """A barrier over every process of a multi-process run (a no-op with one)."""
     if jax.process_count() > 1:

@@ -43,6 +43,9 @@ def _universal(run_dir: Path) -> bool:
     return torch_policy is not None and torch_policy.path == "universal"
 
 
+MAX_EPISODES = 10_000_000  # (their returns and lengths: 80 MB)
+
+
 def _check_observations(exported: Any, spec: Any, run_dir: Path) -> None:
     """ExportError when the env gives observations the exported policy does not take (the
     env changed since training: a user's env module edited, another package version)."""
@@ -69,12 +72,22 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
                 f"jre.make_policy({str(run_dir)!r}, checkpoint=True, factory=...) instead"
             )
         raise ExportError(
-            f"{run_dir} has no exported policy ({policy}/act.jaxexport): runs trained with "
-            "`jaxrl-engine train` export it at the end; `jaxrl_engine.export.export_policy` "
-            "writes one for a state in hand"
+            f"{run_dir} has no exported policy ({policy}/act.jaxexport): "
+            + (
+                f"`jaxrl-engine export {run_dir} --checkpoint` writes one from its latest "
+                "checkpoint (a run that was stopped exports none)"
+                if (run_dir / "checkpoints").is_dir()
+                else "runs trained with `jaxrl-engine train` export it at the end; "
+                "`jaxrl_engine.export.export_policy` writes one for a state in hand"
+            )
         )
-    if episodes <= 0:
-        raise ValueError(f"episodes={episodes}: need at least one")
+    if not 1 <= episodes <= MAX_EPISODES:
+        raise ValueError(
+            f"episodes={episodes}: give 1 to {MAX_EPISODES:,} (every episode's return and "
+            "length are kept for the statistics)"
+        )
+    if not 0 <= seed <= 2**32 - 1:
+        raise ValueError(f"seed={seed}: a seed is an int from 0 to {2**32 - 1}")
     cfg = _run_config(run_dir)
     # Episodes run in rounds of at most EVAL_BATCH envs at once (memory stays bounded).
     batch = min(episodes, EVAL_BATCH)

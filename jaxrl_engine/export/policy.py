@@ -213,14 +213,6 @@ def torch_module(spec: dict[str, Any], params: Any) -> torch.nn.Module:
 def export_torch(directory: str | Path, params: Any = None) -> Path:
     """Add `torch_policy.py` + `torch_policy.pt` to a policy directory (params default: its
     `params.npz`). Needs torch (`pip install 'jaxrl-engine[torch]'`): ExportError without it."""
-    try:
-        import torch
-    except ImportError:
-        raise ExportError(
-            "the torch module of a policy needs torch: pip install 'jaxrl-engine[torch]' "
-            "(the JAX artefact is policy.py)"
-        ) from None
-
     directory = Path(directory)
     spec = json.loads((directory / "meta.json").read_text())["torch"]
     if spec is None:
@@ -228,6 +220,13 @@ def export_torch(directory: str | Path, params: Any = None) -> Path:
             f"{directory}: this policy is not a flax MLP actor-critic, so there is no torch "
             "module for it; use the JAX artefact (policy.py)"
         )
+    try:
+        import torch
+    except ImportError:
+        raise ExportError(
+            "the torch module of a policy needs torch: pip install 'jaxrl-engine[torch]' "
+            "(the JAX artefact is policy.py)"
+        ) from None
     if params is None:
         with np.load(directory / "params.npz") as data:
             params = {n: data[n] for n in data.files}

@@ -722,6 +722,16 @@ def set_key(raw: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def _scalar_text(raw: str) -> str:
+    """The text of a YAML scalar as written: without its quotes or a trailing comment
+    (`"2024"` and `2024  # year` are both 2024)."""
+    try:
+        node = yaml.compose(raw, Loader=_Loader)
+    except yaml.YAMLError:
+        node = None
+    return str(node.value) if isinstance(node, yaml.ScalarNode) else raw.strip()
+
+
 def _text_field(parts: list[str]) -> tuple[bool, bool] | None:
     """(takes None, ...) for a config key whose values are text only (`name`, `env.id`,
     `run_dir`; under `algo`, a key that is text in every algorithm that has it); else None."""
@@ -758,7 +768,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if isinstance(value, int | float | bool) or value is None:
             text = _text_field(parts)
             if text is not None and (value is not None or not text[0]):
-                value = item.split("=", 1)[1].strip()
+                value = _scalar_text(item.split("=", 1)[1])
         set_key(raw, ".".join(parts), value)
     return raw
 

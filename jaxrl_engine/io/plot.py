@@ -67,7 +67,14 @@ def sweep_members(path: str | Path) -> list[Path] | None:
         for name in names
         if name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
     ]
-    return [m for m in members if (m / "metrics.jsonl").is_file()]
+    # (no symlinks: a member is a folder the sweep wrote inside its own directory)
+    return [
+        m
+        for m in members
+        if not m.is_symlink()
+        and not (m / "metrics.jsonl").is_symlink()
+        and (m / "metrics.jsonl").is_file()
+    ]
 
 
 def expand_sweeps(paths: Sequence[str | Path]) -> list[Path]:

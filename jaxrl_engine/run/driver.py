@@ -16,6 +16,7 @@ batch to the run directory and leaves the checkpoints as they were.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +31,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
-from jaxrl_engine.io.config import Config
+from jaxrl_engine.io.config import Config, ConfigError
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, end_status, write_failing_batch
@@ -133,8 +134,8 @@ class Driver:
 
         The summary's `status` is `completed` once the engine's `num_epochs` are trained, and
         `paused` when a smaller `num_epochs` stopped this call early: the directory is then an
-        unfinished run (its checkpoint continues with `jre.resume` or `train --resume`; no
-        policy is exported until it completes).
+        unfinished run (its checkpoint continues with `jre.resume` or `train --resume`). Both
+        export the policy of the final state to `<run dir>/policy/`.
 
         Raises `TrainingInterrupted` after SIGINT/SIGTERM (checkpoint and summary written first),
         `NonFiniteError` when `nan_guard` fires (failing batch written, checkpoints untouched)
@@ -143,8 +144,12 @@ class Driver:
         called = time.perf_counter()
         cfg = self.cfg
         if run_dir is not None:  # the run is named by its directory (its config.yaml says so)
-            path = Path(run_dir)
-            cfg = cfg.model_copy(update={"name": path.name, "run_dir": str(path.parent)})
+            path = Path(os.path.abspath(run_dir))
+            try:
+                name = type(cfg)._one_folder_name(path.name)
+            except ValueError as e:
+                raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
+            cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})
         compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))
         total = engine.num_epochs if num_epochs is None else num_epochs
@@ -162,7 +167,7 @@ class Driver:
         started: list[HostHook] = []
         failed = True
         try:
-            finished = self._finished(out, first, total)
+            finished = self._finished(out, first, total, engine.num_epochs)
             if finished is not None:
                 failed = False
                 return state, {**finished, "records": []}
@@ -197,11 +202,12 @@ class Driver:
                         self._fail(run, state, hooks, *failure)
                     for hook in hooks:
                         hook.after_chunk(run, state)
-                    if stop.signame is not None and run.done < total:
+                    signame = stop.agreed() if run.done < total else None
+                    if signame is not None:
                         run.train_end = time.perf_counter()
-                        self._end(run, state, hooks, "interrupted", signal=stop.signame)
+                        self._end(run, state, hooks, "interrupted", signal=signame)
                         raise TrainingInterrupted(
-                            stop.signame, run.done, state, run.checkpoint, run.summary
+                            signame, run.done, state, run.checkpoint, run.summary
                         )
                 # A signal from here on lets the end of the run (checkpoint, summary, export)
                 # finish: the run is complete (or paused where `num_epochs` asked to stop early).
@@ -213,19 +219,26 @@ class Driver:
         return state, {**run.summary, "records": history}
 
     @staticmethod
-    def _finished(out: RunDir, first: int, total: int) -> dict[str, Any] | None:
-        """The summary of a run that already ended at this state's epoch: resuming a finished
-        run changes nothing (its summary is returned as it is)."""
+    def _finished(out: RunDir, first: int, total: int, num_epochs: int) -> dict[str, Any] | None:
+        """The summary of a run that already ended at this state's epoch as this call would
+        end it (completed, or paused before the engine's `num_epochs`): resuming it changes
+        nothing (its summary is returned as it is)."""
         summary = out.read_summary()
+        status = end_status(first, num_epochs)
         if (
             first >= total
             and summary is not None
-            and summary.get("status") in ("completed", "paused")
+            and summary.get("status") == status
             and summary.get("epochs") == first
         ):
+            advice = (
+                "raise total_env_steps to train on"
+                if status == "completed"
+                else f"run it without num_epochs to train on to epoch {num_epochs}"
+            )
             print(
-                f"jaxrl-engine: {out.path} is finished (epoch {first} of {total}); its summary "
-                "is unchanged (raise total_env_steps to train on)",
+                f"jaxrl-engine: {out.path} is {'finished' if status == 'completed' else 'paused'} "
+                f"(epoch {first} of {total}); its summary is unchanged ({advice})",
                 file=sys.stderr,
             )
             return summary

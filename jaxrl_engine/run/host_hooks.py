@@ -11,7 +11,7 @@ user's after checkpoints, logging and progress, before the summary and the polic
     after_chunk(run, state) the state after a chunk's last epoch (checkpoint, progress)
     end(run, state)         once, when the run ends (`run.status`: completed, paused,
                             interrupted, non_finite); the summary and the policy export
-                            (completed only) are written here
+                            (completed, paused) are written here
     close(run)              always, last (close files), in reverse order
 
 A hook reads and writes only `RunInfo` and its own fields; it never reaches into another hook.
@@ -355,14 +355,15 @@ class Summary(HostHook):
 
 
 class ExportPolicy(HostHook):
-    """`<run dir>/policy/` after a completed run: what `jaxrl-engine eval` and `export` read.
+    """`<run dir>/policy/` after a run that ended normally (completed, or paused by a smaller
+    `num_epochs`): what `jaxrl-engine eval` and `export` read.
 
     A policy jax.export cannot serialize (one acting through a host callback) is reported with
     a warning, not an error: training is done.
     """
 
     def end(self, run: RunInfo, state: EngineState) -> None:
-        if run.status != "completed":
+        if run.status not in ("completed", "paused"):
             return
         params = to_host(state.eval_params)  # (every process: a gather is collective)
         if not run.out.writer:

@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxrl_engine.core.sharding import sync_processes, to_host
 from jaxrl_engine.core.state import EngineState
+from jaxrl_engine.export.policy import ARTEFACT_FILES, POLICY_DIR
 from jaxrl_engine.io.config import Config, dump_config
 from jaxrl_engine.io.files import (
     RunDirError,
@@ -30,6 +31,18 @@ from jaxrl_engine.io.files import (
 from jaxrl_engine.io.logging import make_loggers
 
 LOCK_FILE = ".lock"
+
+
+def clear_run_files(path: Path) -> None:
+    """Remove what a run wrote into `path` (summary, records, logs, failing batches, policy),
+    file by file, before the run is started over (a symlink is removed, never followed)."""
+    for name in ("summary.json", "metrics.jsonl", "config.yaml"):
+        (path / name).unlink(missing_ok=True)
+    for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
+        for old in path.glob(pattern):
+            old.unlink()
+    for name in ARTEFACT_FILES:
+        (path / POLICY_DIR / name).unlink(missing_ok=True)
 
 
 def end_status(done: int, num_epochs: int) -> str:
@@ -150,11 +163,14 @@ class RunDir:
         if not self.writer:
             return restored if restored is not None else read_metrics_lines(path)
         atomic_write(self.path / "config.yaml", dump_config(self.cfg))
-        if first == 0:  # a fresh run (or one started over): no TensorBoard events or failing
-            # batches of another (a resume keeps its failing batches: the evidence of a failure)
+        if first == 0:  # a fresh run (or one started over): no TensorBoard events, failing
+            # batches or policy of another (a resume keeps its failing batches: the evidence
+            # of a failure)
             for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
                 for old in self.path.glob(pattern):
                     old.unlink()
+            for name in ARTEFACT_FILES:
+                (self.path / POLICY_DIR / name).unlink(missing_ok=True)
         if restored is None:
             restored = [
                 line

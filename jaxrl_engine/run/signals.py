@@ -29,6 +29,16 @@ class StopSignal:
         self.signame: str | None = None
         self.checkpoints = checkpoints
 
+    def agreed(self) -> str | None:
+        """The signal this process or any other of the job got (None: none did), so that
+        every process stops after the same epoch. A collective in a multi-process run: every
+        process calls it at the same point. Another process's signal is not recorded as this
+        one's (its own may still come: that one is then its first, not a second)."""
+        from jaxrl_engine.core.sharding import max_over_processes
+
+        got = max_over_processes(signal.Signals[self.signame].value if self.signame else 0)
+        return signal.Signals(got).name if got else None
+
     def handler(self, signum: int, frame: Any) -> None:
         """The Python-level handler (runs late, in the main thread); the watcher did the work."""
 

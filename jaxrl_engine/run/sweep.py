@@ -42,10 +42,13 @@ from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import atomic_write, strict_json
 from jaxrl_engine.run.driver import TrainingInterrupted
-from jaxrl_engine.run.run_dir import RunDir, end_status
+from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 SPEC_FILE = "sweep.json"
+# A member's final evaluation return counts in its setting's statistics unless nan_guard
+# stopped it (an interrupted or paused sweep's table is its state so far).
+RESULT_STATUSES = ("completed", "paused", "interrupted")
 CSV_FILE = "sweep.csv"
 
 
@@ -186,6 +189,8 @@ class SweepDriver:
                 starts = [
                     self._start(g, c, resume) for g, c in zip(self.groups, checkpoints, strict=True)
                 ]
+                if not resume:
+                    self._start_over(checkpoints)
                 if self.primary:
                     atomic_write(self.root / SPEC_FILE, strict_json(self.spec, indent=2))
                 trained, paused = False, False
@@ -193,17 +198,6 @@ class SweepDriver:
                 # compiles stops the sweep there, as one during an epoch does.
                 with stop_on_signals(checkpoints=self.cfg.save_interval > 0) as stop:
                     for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
-                        if stop.signame is not None:  # came as the previous group ended
-                            interrupted = TrainingInterrupted(
-                                stop.signame,
-                                start[0],
-                                None,
-                                None,
-                                {},
-                                f"{stop.signame}: stopped before training {group.label} (the "
-                                "groups before it are finished)",
-                            )
-                            break
                         try:
                             ran = self._run_group(group, chk, start, num_epochs, show, stop)
                         except TrainingInterrupted as e:
@@ -237,6 +231,25 @@ class SweepDriver:
         if self.cfg.save_interval == 0 and not directory.is_dir():
             return None
         return Checkpointer(directory, keep=self.cfg.keep_checkpoints)
+
+    def _start_over(self, checkpoints: list[Checkpointer | None]) -> None:
+        """A fresh sweep over a finished one (an unfinished one was refused): every group's
+        checkpoints and every member's files go before anything trains, so a sweep stopped
+        before its last group never shows the old sweep's members as its own."""
+        held = [c for c in checkpoints if c is not None and c.latest() is not None]
+        members = [self.root / m.name for g in self.groups for m in g.members]
+        if not held and not any((m / "summary.json").exists() for m in members):
+            return
+        print(
+            f"jaxrl-engine: {self.root} held a finished sweep; starting it over (its metrics, "
+            "checkpoints and policies are replaced)",
+            file=sys.stderr,
+        )
+        for c in held:
+            c.delete_all()
+        if self.primary:
+            for member in members:
+                clear_run_files(member)
 
     def _meta(self, group: Group, runs: Sequence[MemberRun] = ()) -> dict[str, Any]:
         """The config a group's checkpoints carry: the sweep, its members, which failed."""
@@ -288,8 +301,9 @@ class SweepDriver:
         programs, engine = group.programs, group.programs.engine
         first, failed = start
         total = engine.num_epochs if num_epochs is None else num_epochs
+        ended = end_status(first, engine.num_epochs)  # (how this call would end it)
         if first >= total and all(
-            _read_summary(self.root / m.name).get("status") in ("completed", "paused", "non_finite")
+            _read_summary(self.root / m.name).get("status") in (ended, "non_finite")
             for m in group.members
         ):
             print(
@@ -298,13 +312,19 @@ class SweepDriver:
                 file=sys.stderr,
             )
             return None
-        if first == 0 and checkpoints is not None and checkpoints.latest() is not None:
-            print(
-                f"jaxrl-engine: {self.root} held a finished sweep; starting {group.label} over "
-                "(its metrics and checkpoints are replaced)",
-                file=sys.stderr,
+        signame = stop.agreed()
+        if signame is not None and not self.training_started:
+            raise KeyboardInterrupt(signame)  # before training started, as `train`
+        if signame is not None:  # came as the previous group ended
+            raise TrainingInterrupted(
+                signame,
+                first,
+                None,
+                None,
+                {},
+                f"{signame}: stopped before training {group.label} (the groups before it "
+                "are finished)",
             )
-            checkpoints.delete_all()
         runs: list[MemberRun] = []
         try:
             for member in group.members:
@@ -321,18 +341,19 @@ class SweepDriver:
                 )
             self.compile_s += programs.compile()
             raise_if_stopped()  # (a signal before the sweep's handler: the CLI's start-up)
-            if stop.signame is not None and not self.training_started:
-                raise KeyboardInterrupt(stop.signame)  # before training started, as `train`
-            if stop.signame is not None:  # came while this group compiled: none of it trains
+            signame = stop.agreed()
+            if signame is not None and not self.training_started:
+                raise KeyboardInterrupt(signame)  # before training started, as `train`
+            if signame is not None:  # came while this group compiled: none of it trains
+                # (its members' summaries stay as they were: none for a group not yet trained)
                 checkpoint = checkpoints.path_of(first) if checkpoints and first else None
-                self._end(group, runs, state, checkpoint, "interrupted")
                 raise TrainingInterrupted(
-                    stop.signame,
+                    signame,
                     first,
                     state,
                     checkpoint,
                     {},
-                    f"{stop.signame}: stopped before training {group.label} (at epoch {first}; "
+                    f"{signame}: stopped before training {group.label} (at epoch {first}; "
                     "the groups before it are finished)",
                 )
             show.start(group.label, len(runs), first, total)
@@ -369,12 +390,13 @@ class SweepDriver:
             finals = [r.final_eval for r in runs if r.status == "running"]
             finite = [f for f in finals if math.isfinite(f)]
             show.update(done, rate, float(np.mean(finite)) if finite else math.nan)
-            if stop.signame is not None and done < total:
+            signame = stop.agreed() if done < total else None
+            if signame is not None:
                 if checkpoints is not None and saved != done:
                     checkpoint = self._save(group, runs, state, checkpoints, done)
                 self.train_s += time.perf_counter() - began
                 self._end(group, runs, state, checkpoint, "interrupted")
-                raise TrainingInterrupted(stop.signame, done, state, checkpoint, {})
+                raise TrainingInterrupted(signame, done, state, checkpoint, {})
         self.train_s += time.perf_counter() - began
         status = end_status(done, engine.num_epochs)
         self._end(group, runs, state, checkpoint, status)
@@ -478,7 +500,7 @@ class SweepDriver:
                 **({"error": run.error} if run.error else {}),
             }
             run.out.write_summary(summary)
-            if summary["status"] == "completed":
+            if summary["status"] in ("completed", "paused"):
                 completed.append((i, run))
         if not completed:
             return
@@ -520,9 +542,7 @@ class SweepDriver:
                     }
                 )
                 returns = by_setting.setdefault(member.setting, [])
-                if summary.get("status") in ("completed", "paused") and isinstance(
-                    final, int | float
-                ):
+                if summary.get("status") in RESULT_STATUSES and isinstance(final, int | float):
                     returns.append(float(final))
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")

@@ -8,6 +8,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 
 import jaxrl_engine as jre
 from tests.conftest import small_config
@@ -90,6 +91,8 @@ def test_a_run_directory_given_to_run_names_the_run(small_cfg, tmp_path):
     assert summary["name"] == stored.name == "mine" and stored.run_dir == str(tmp_path)
     assert summary["run_dir"] == str((tmp_path / "mine").absolute())
     assert not (tmp_path / small_cfg.name).exists()
+    with pytest.raises(jre.ConfigError, match=r"run_dir=.*-r': its last part must be one folder"):
+        engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path / "-r")
 
 
 def test_profile_mode_gives_the_fused_result_and_times_each_phase(tmp_path):

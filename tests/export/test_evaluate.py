@@ -103,3 +103,53 @@ def test_a_truncated_exported_policy_exits_2_naming_it(run, tmp_path, capsys):
     assert cli.main(["eval", str(copy)]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "Traceback" not in err and "export --checkpoint" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--episodes", "99999999999999"], "give 1 to 10,000,000"),
+        (["--episodes", "0"], "give 1 to 10,000,000"),
+        (["--seed", "-1"], "seed=-1: a seed is an int from 0 to 4294967295"),
+        (["--seed", "1180591620717411303424"], "a seed is an int from 0 to 4294967295"),
+    ],
+)
+def test_eval_refuses_what_it_cannot_run(run, capsys, argv, message):
+    _, _, run_dir = run
+    assert cli.main(["eval", str(run_dir), *argv]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_eval_of_a_stopped_run_names_export_from_its_checkpoint(run, tmp_path, capsys):
+    import shutil
+
+    _, _, run_dir = run
+    copy = tmp_path / "stopped"
+    shutil.copytree(run_dir, copy)
+    shutil.rmtree(copy / "policy")  # as a run stopped by a signal leaves it
+    assert cli.main(["eval", str(copy)]) == cli.EXIT_BAD_INPUT
+    assert f"`jaxrl-engine export {copy} --checkpoint`" in capsys.readouterr().err
+
+
+def test_sigterm_ends_a_long_eval_at_once(run):
+    """A Python handler would run only after the XLA call returns (minutes for many
+    episodes); eval has nothing to save, so the signal's default action ends it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _, _, run_dir = run
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_engine.cli", "eval", str(run_dir), "--episodes", "9000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(8)  # imports done, the episodes running
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM

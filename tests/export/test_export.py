@@ -243,11 +243,14 @@ def test_cli_export_from_the_latest_checkpoint(tmp_path, capsys):
         assert (run_dir / POLICY_DIR / "torch_policy.pt").is_file()
 
 
+FACTORY = "jaxrl_engine.interop.torch_nets:mlp"
+
+
 def test_cli_export_of_a_policy_with_no_torch_form_exits_2(tmp_path, capsys):
     """A run whose network is the user's own torch module (algo.torch_policy): `export` adds
     no torch module, so it fails (exit 2, naming why) and the JAX artefact stays."""
     cfg = small_config(
-        "algo.torch_policy.factory=jaxrl_engine.interop.torch_nets:mlp",
+        f"algo.torch_policy.factory={FACTORY}",
         "total_env_steps=128",
         tmp_path=tmp_path,
     )
@@ -259,3 +262,10 @@ def test_cli_export_of_a_policy_with_no_torch_form_exits_2(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "no torch module for it; use the JAX artefact (policy.py)" in err and out == ""
     assert (policy / "policy.py").is_file() and not (policy / "torch_policy.pt").exists()
+    # With --checkpoint the JAX artefact is rewritten: that part done, exit 0 with the notice.
+    (policy / "act.jaxexport").unlink()
+    argv = ["export", str(policy.parent), "--checkpoint", "--factory", FACTORY]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(policy) and "no torch module for it" in err
+    assert (policy / "act.jaxexport").is_file()

@@ -142,7 +142,10 @@ def fake_sweep(root, members, extra_rows=()):
 def test_cli_plot_of_a_sweep_plots_its_members_and_eval_names_one(tmp_path, capsys):
     # Rows that are not plain folder names inside the sweep (a sweep.csv is data) are skipped.
     outside = fake_run(tmp_path, "outside", [9, 9, 9])
-    sweep = fake_sweep(tmp_path / "lr", ["seed0", "seed1"], [f"../{outside.name}", "/etc", ".."])
+    sweep = fake_sweep(
+        tmp_path / "lr", ["seed0", "seed1"], [f"../{outside.name}", "/etc", "..", "link"]
+    )
+    (sweep / "link").symlink_to(outside)  # a member folder that is a link elsewhere
     assert cli.main(["plot", str(sweep)]) == 0
     assert capsys.readouterr().out.strip() == str(sweep / "curves.png")
     fig = plot_runs([sweep])

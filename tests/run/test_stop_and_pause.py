@@ -12,12 +12,13 @@ import signal
 import time
 
 import jax
+import numpy as np
 import pytest
 
 import jaxrl_engine as jre
 import jaxrl_engine.run.sweep as sweep_module
 from jaxrl_engine.distributed.sweep import SweepPrograms
-from jaxrl_engine.export.policy import POLICY_DIR
+from jaxrl_engine.export.policy import flatten_params
 from tests.conftest import small_config
 
 # Two static groups: 16 steps x 4 envs (4 epochs of 256 env steps) and 32 x 4 (2 epochs).
@@ -29,20 +30,42 @@ def summary_of(path) -> dict:
     return json.loads((path / "summary.json").read_text())
 
 
+def exported(run) -> dict[str, np.ndarray]:
+    """The params of the run's exported policy (`policy/params.npz`)."""
+    with np.load(run / "policy" / "params.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+def params_of(state) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in flatten_params(state.eval_params).items()}
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def test_num_epochs_below_the_total_pauses_the_run_and_resume_completes_it(tmp_path, capsys):
     cfg = small_config("name=p", "save_interval=2", tmp_path=tmp_path)
     engine = jre.build(cfg)
-    _, summary = engine.run(engine.init(jax.random.key(0)), num_epochs=2)  # 2 of 4
+    state, summary = engine.run(engine.init(jax.random.key(0)), num_epochs=2)  # 2 of 4
     run = tmp_path / "p"
     assert summary["status"] == summary_of(run)["status"] == "paused"
-    assert summary["epochs"] == 2 and not (run / POLICY_DIR).exists()
+    assert summary["epochs"] == 2
+    paused_policy = exported(run)  # the paused state's policy
+    assert same(paused_policy, params_of(state))
     with pytest.raises(jre.CheckpointError, match="unfinished run"):  # not a finished run
         engine.run(engine.init(jax.random.key(0)))
     engine, state = jre.resume(run)
     assert int(state.counters.epoch) == 2
     _, summary = engine.run(state)
     assert summary["status"] == "completed" and summary["epochs"] == 4
-    assert (run / POLICY_DIR).is_dir()
+    assert not same(exported(run), paused_policy)
+    # Started over and paused again: the policy is the new run's, never the finished one's.
+    completed_policy = exported(run)
+    fresh = jre.build(cfg)
+    state, summary = fresh.run(fresh.init(jax.random.key(1)), num_epochs=1)
+    assert summary["status"] == "paused" and not same(exported(run), completed_policy)
+    assert same(exported(run), params_of(state))
 
 
 def test_asking_again_for_the_epochs_a_paused_run_has_changes_nothing(tmp_path, capsys):
@@ -52,8 +75,17 @@ def test_asking_again_for_the_epochs_a_paused_run_has_changes_nothing(tmp_path, 
     capsys.readouterr()
     _, again = engine.run(state, num_epochs=2)
     assert again["status"] == "paused" and again["records"] == []
-    assert "is finished (epoch 2 of 2)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is paused (epoch 2 of 2)" in err and "without num_epochs" in err
     assert (tmp_path / "q" / "summary.json").read_text() == before
+
+
+def test_a_paused_run_whose_total_is_lowered_to_its_epoch_completes(tmp_path, capsys):
+    engine = jre.build(small_config("name=l", "save_interval=2", tmp_path=tmp_path))
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)  # paused at 2 of 4 (64 steps)
+    engine, state = jre.resume(tmp_path / "l", ["total_env_steps=128"])  # 2 epochs in all
+    _, summary = engine.run(state)
+    assert summary["status"] == summary_of(tmp_path / "l")["status"] == "completed"
 
 
 def test_a_sweep_stopped_early_by_num_epochs_is_paused(tmp_path):
@@ -146,10 +178,40 @@ def test_a_signal_while_a_later_group_compiles_stops_there_with_a_summary(tmp_pa
             run_sweep()
     root = tmp_path / "g"
     assert e.value.signame == "SIGTERM" and summary_of(root)["status"] == "interrupted"
-    assert statuses(root) == {GROUPS[0]: "completed", GROUPS[1]: "interrupted"}
-    assert summary_of(root / GROUPS[1])["epochs"] == 0
+    assert "stopped before training group1" in str(e.value)
+    assert statuses(root) == {GROUPS[0]: "completed", GROUPS[1]: "not_run"}
     monkeypatch.undo()
     assert jre.resume_sweep(root)["completed"] == 2
+
+
+def test_a_sweep_started_over_and_stopped_early_never_shows_the_old_members(tmp_path, monkeypatch):
+    """The second sweep (another lr) stops before its second group: that group's members are
+    `not_run`, not the first sweep's completed ones, and resume trains them with the new lr."""
+    cfg = small_config("name=g", "save_interval=2", "loggers=[jsonl]", tmp_path=tmp_path)
+    jre.sweep(cfg, seeds=[0], grid=GRID, split_static=True)
+    again = small_config(
+        "name=g", "save_interval=2", "loggers=[jsonl]", "algo.lr=0.002", tmp_path=tmp_path
+    )
+    original = sweep_module.SweepDriver._chunk
+
+    with sweep_stop_recorded() as stops:
+
+        def chunk(self, group, runs, state, start, n, total):
+            state = original(self, group, runs, state, start, n, total)
+            if group.label == self.groups[0].label and start + n == total:
+                send_and_wait(stops, signal.SIGINT)
+            return state
+
+        monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+        with pytest.raises(jre.TrainingInterrupted):
+            jre.sweep(again, seeds=[0], grid=GRID, split_static=True)
+    root = tmp_path / "g"
+    assert statuses(root) == {GROUPS[0]: "completed", GROUPS[1]: "not_run"}
+    assert not (root / GROUPS[1] / "policy" / "params.npz").exists()
+    monkeypatch.undo()
+    assert jre.resume_sweep(root)["completed"] == 2
+    for member in GROUPS:
+        assert jre.load_config(root / member / "config.yaml").algo.lr == 0.002
 
 
 def test_a_signal_while_the_first_group_compiles_is_before_training(tmp_path, monkeypatch):
@@ -168,3 +230,23 @@ def test_a_signal_while_the_first_group_compiles_is_before_training(tmp_path, mo
             run_sweep()
     assert type(e.value) is KeyboardInterrupt and e.value.args == ("SIGINT",)
     assert not list((tmp_path / "g").rglob("epoch_*"))  # nothing trained, nothing saved
+
+
+def test_an_interrupted_sweeps_table_counts_the_returns_reached(tmp_path, monkeypatch):
+    cfg = small_config("name=i", "save_interval=2", "loggers=[jsonl]", tmp_path=tmp_path)
+    original = sweep_module.SweepDriver._chunk
+
+    with sweep_stop_recorded() as stops:
+
+        def chunk(self, group, runs, state, start, n, total):
+            state = original(self, group, runs, state, start, n, total)
+            if start == 0:
+                send_and_wait(stops, signal.SIGINT)  # after epoch 2's evaluation
+            return state
+
+        monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+        with pytest.raises(jre.TrainingInterrupted) as e:
+            jre.sweep(cfg, seeds=[0, 1])
+    (setting,) = e.value.summary["settings"]
+    assert setting["seeds"] == 2 and setting["mean"] is not None
+    assert set(statuses(tmp_path / "i").values()) == {"interrupted"}
