@@ -95,6 +95,16 @@ def _latest_checkpoint(run: Path | None) -> Path | None:
 
 
 def _resume_hint(run: Path | None) -> str:
+    if run is not None and (run / "sweep.json").is_file():  # a sweep: a checkpoint per group
+        groups = run / "checkpoints"
+        if groups.is_dir() and any(
+            p.name.removeprefix("epoch_").isdigit()
+            for g in groups.iterdir()
+            if g.is_dir()
+            for p in g.iterdir()
+        ):
+            return f"continue with: jaxrl-engine sweep --resume {run}"
+        return "no checkpoint was written, so there is nothing to resume"
     checkpoint = _latest_checkpoint(run)
     if checkpoint is None:
         return "no checkpoint was written, so there is nothing to resume"

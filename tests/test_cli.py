@@ -206,3 +206,12 @@ def test_the_engines_own_warnings_read_as_its_messages_on_the_command_line(monke
     warnings.showwarning(UserWarning("elsewhere"), UserWarning, "/site-packages/gym/core.py", 3)
     assert capsys.readouterr().err == "jaxrl-engine: warning: policy not exported: x\n"
     assert [str(a[0]) for a in others] == ["elsewhere"]
+
+
+def test_the_resume_hint_of_a_sweep_looks_in_its_groups_checkpoints(tmp_path):
+    sweep = tmp_path / "sw"
+    (sweep / "checkpoints" / "group0").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    assert cli._resume_hint(sweep) == "no checkpoint was written, so there is nothing to resume"
+    (sweep / "checkpoints" / "group0" / "epoch_4").mkdir()
+    assert cli._resume_hint(sweep) == f"continue with: jaxrl-engine sweep --resume {sweep}"
