@@ -28,6 +28,9 @@ class StopSignal:
     def __init__(self, checkpoints: bool = True) -> None:
         self.signame: str | None = None
         self.checkpoints = checkpoints
+        # Nothing trained yet (a sweep compiling its first program): the signal then ends the
+        # start-up, as the CLI's `stop_before_training` handler does, and says so.
+        self.starting = False
 
     def agreed(self) -> str | None:
         """The signal this process or any other of the job got (None: none did), so that
@@ -50,6 +53,14 @@ class StopSignal:
                 if self.signame is not None:
                     os._exit(128 + signum)
                 self.signame = signal.Signals(signum).name
+                if self.starting:
+                    print(
+                        f"\njaxrl-engine: {self.signame}: stopping before training starts "
+                        "(after the current step: compilation); send it again to exit at once",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
                 follows = (
                     "checkpoint and summary follow"
                     if self.checkpoints

@@ -197,6 +197,7 @@ class SweepDriver:
                 # One handler for the whole sweep: a signal while one group ends or the next
                 # compiles stops the sweep there, as one during an epoch does.
                 with stop_on_signals(checkpoints=self.cfg.save_interval > 0) as stop:
+                    stop.starting = True  # until the first group trains
                     for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
                         try:
                             ran = self._run_group(group, chk, start, num_epochs, show, stop)
@@ -357,7 +358,7 @@ class SweepDriver:
                     "the groups before it are finished)",
                 )
             show.start(group.label, len(runs), first, total)
-            self.training_started = True
+            self.training_started, stop.starting = True, False
             return self._train(group, runs, state, checkpoints, first, total, show, stop)
         finally:
             for run in runs:

@@ -214,7 +214,7 @@ def test_a_sweep_started_over_and_stopped_early_never_shows_the_old_members(tmp_
         assert jre.load_config(root / member / "config.yaml").algo.lr == 0.002
 
 
-def test_a_signal_while_the_first_group_compiles_is_before_training(tmp_path, monkeypatch):
+def test_a_signal_while_the_first_group_compiles_is_before_training(tmp_path, monkeypatch, capsys):
     run_sweep = split_sweep(tmp_path)
     original = SweepPrograms.compile
 
@@ -230,6 +230,8 @@ def test_a_signal_while_the_first_group_compiles_is_before_training(tmp_path, mo
             run_sweep()
     assert type(e.value) is KeyboardInterrupt and e.value.args == ("SIGINT",)
     assert not list((tmp_path / "g").rglob("epoch_*"))  # nothing trained, nothing saved
+    err = capsys.readouterr().err  # (no promise of a checkpoint and summary)
+    assert "SIGINT: stopping before training starts" in err and "summary follow" not in err
 
 
 def test_an_interrupted_sweeps_table_counts_the_returns_reached(tmp_path, monkeypatch):
