@@ -108,7 +108,23 @@ def _resume_hint(run: Path | None) -> str:
     checkpoint = _latest_checkpoint(run)
     if checkpoint is None:
         return "no checkpoint was written, so there is nothing to resume"
-    return f"continue with: jaxrl-engine train --resume {run}"
+    return f"continue with: jaxrl-engine train --resume {run}{_factory_item(run)}"
+
+
+def _factory_item(run: Path | None) -> str:
+    """` algo.torch_policy.factory=M:F` when the run was trained with a torch factory of the
+    user's (resume needs it named: a run directory's word does not import code)."""
+    from jaxrl_engine.io.config import read_config
+
+    try:
+        algo = read_config(run / "config.yaml").get("algo") if run is not None else None
+    except ValueError:
+        return ""
+    torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
+    factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
+    if not isinstance(factory, str) or factory.startswith("jaxrl_engine.interop.torch_nets:"):
+        return ""
+    return f" algo.torch_policy.factory={factory}"
 
 
 def _config_first(items: list[str]) -> tuple[str | None, list[str]]:
@@ -375,8 +391,8 @@ def _export(args: argparse.Namespace) -> int:
         return _fail(problem, EXIT_BAD_INPUT)
     if args.factory is not None and not args.checkpoint:
         return _fail(
-            "--factory goes with --checkpoint (it builds the torch modules to export a "
-            "checkpoint's policy); without --checkpoint the exported policy is used as it is",
+            "--factory goes with --checkpoint (its torch network rebuilds a checkpoint's "
+            "policy); without --checkpoint the exported policy is used as it is",
             EXIT_BAD_INPUT,
         )
 
@@ -488,8 +504,10 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     export.add_argument(
         "--factory",
         metavar="MODULE:FN",
-        help="the torch factory of a run trained with algo.torch_policy: a run directory is "
-        "data, so the factory it names is imported only when you name the same one here",
+        help="with --checkpoint, the torch factory of a run trained with algo.torch_policy "
+        "(its network rebuilds the policy, written as the JAX artefact; a network of your own "
+        "has no torch_policy.pt export): a run directory is data, so the factory it names is "
+        "imported only when you name the same one here",
     )
     _add_import_option(export)
 

@@ -253,10 +253,16 @@ def config_from_run(
             f"compile_cache_dir={cache} to use it",
             file=sys.stderr,
         )
-    cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
     algo = stored.get("algo")
     torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
     factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
+    if factory is None and "algo.torch_policy.factory" in given:
+        # (checked before validation, which would import and call the factory)
+        raise ConfigError(
+            f"{source} was not trained with a torch factory (algo.torch_policy is unset: its "
+            "network is the engine's own), so there is none to name: drop it"
+        )
+    cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
     if factory is None or str(factory).partition(":")[0] == TRUSTED_FACTORY_MODULE:
         return cfg
     named = any(key in ("algo", "algo.torch_policy", "algo.torch_policy.factory") for key in given)

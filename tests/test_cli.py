@@ -215,3 +215,16 @@ def test_the_resume_hint_of_a_sweep_looks_in_its_groups_checkpoints(tmp_path):
     assert cli._resume_hint(sweep) == "no checkpoint was written, so there is nothing to resume"
     (sweep / "checkpoints" / "group0" / "epoch_4").mkdir()
     assert cli._resume_hint(sweep) == f"continue with: jaxrl-engine sweep --resume {sweep}"
+
+
+def test_the_resume_hint_of_a_run_with_a_users_factory_names_it(tmp_path):
+    """`train --resume` of such a run must name the factory (a run directory's word imports
+    no code): the hint printed on SIGINT is the command that works."""
+    run = tmp_path / "r"
+    (run / "checkpoints" / "epoch_2").mkdir(parents=True)
+    (run / "config.yaml").write_text("algo:\n  torch_policy:\n    factory: mynets:make\n")
+    assert cli._resume_hint(run) == (
+        f"continue with: jaxrl-engine train --resume {run} algo.torch_policy.factory=mynets:make"
+    )
+    (run / "config.yaml").write_text("algo:\n  name: ppo\n")
+    assert cli._resume_hint(run) == f"continue with: jaxrl-engine train --resume {run}"

@@ -445,12 +445,14 @@ class Engine:
     def timed_call(self, name: str, state: EngineState, *args: Any) -> Any:
         return timed(name, self.timer)(lambda s: self.call(name, s, *args))(state)
 
-    def timing_summary(self, echo: bool = True) -> str:
-        """RLightning's `print_timing_summary`: count, total and average per phase."""
+    def timing_summary(self, echo: bool = True) -> str | None:
+        """RLightning's `print_timing_summary`: count, total and average per phase, printed
+        (echo=True; nothing returned, so a notebook shows it once) or returned (echo=False)."""
         table = self.timer.table()
-        if echo:
-            print(table)
-        return table
+        if not echo:
+            return table
+        print(table)
+        return None
 
     def run(self, state: EngineState, **kwargs: Any) -> Any:
         """Train from `state` with this engine's driver: `state, summary = engine.run(state)`

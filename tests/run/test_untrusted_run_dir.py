@@ -137,3 +137,14 @@ def test_a_stored_auto_compile_cache_is_kept(tmp_path, capsys, monkeypatch):
     engine, _ = jre.resume(tmp_path / "c")
     assert engine.driver.cfg.compile_cache_dir == "auto" and enabled == ["auto", "auto"]
     assert "not using the compile cache" not in capsys.readouterr().err
+
+
+def test_a_factory_named_for_a_run_trained_without_one_is_refused_before_importing_it():
+    """`export --checkpoint --factory M:F` (or a resume naming one) of a flax run: the
+    factory is never imported or called; the message says the run has none."""
+    from jaxrl_engine.compose import config_from_run
+
+    stored = jre.load_config(None, [*SMALL, "name=plain"]).model_dump(mode="json")
+    with pytest.raises(jre.ConfigError, match="was not trained with a torch factory"):
+        config_from_run(stored, [FACTORY], source="run 'plain'", how="{factory}")
+    assert "planted_factory" not in sys.modules
