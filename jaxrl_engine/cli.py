@@ -82,49 +82,45 @@ def _bad_input() -> tuple[type[Exception], ...]:
     return tuple(getattr(sys.modules[m], name) for m, name in _BAD_INPUT if m in sys.modules)
 
 
-def _latest_checkpoint(run: Path | None) -> Path | None:
-    """The run's newest committed checkpoint directory (read from the file names only)."""
-    if run is None or not (run / "checkpoints").is_dir():
+def _latest_in(directory: Path) -> Path | None:
+    """The newest committed checkpoint in a checkpoints directory (from the names only)."""
+    if not directory.is_dir():
         return None
     epochs = [
         (int(p.name.removeprefix("epoch_")), p)
-        for p in (run / "checkpoints").iterdir()
+        for p in directory.iterdir()
         if p.name.removeprefix("epoch_").isdigit()
     ]
     return max(epochs)[1] if epochs else None
 
 
+def _latest_checkpoint(run: Path | None) -> Path | None:
+    """The run's newest committed checkpoint directory."""
+    return None if run is None else _latest_in(run / "checkpoints")
+
+
 def _resume_hint(run: Path | None) -> str:
+    nothing = "no checkpoint was written, so there is nothing to resume"
     if run is not None and (run / "sweep.json").is_file():  # a sweep: a checkpoint per group
         groups = run / "checkpoints"
-        if groups.is_dir() and any(
-            p.name.removeprefix("epoch_").isdigit()
-            for g in groups.iterdir()
-            if g.is_dir()
-            for p in g.iterdir()
-        ):
-            return f"continue with: jaxrl-engine sweep --resume {run}"
-        return "no checkpoint was written, so there is nothing to resume"
-    checkpoint = _latest_checkpoint(run)
-    if checkpoint is None:
-        return "no checkpoint was written, so there is nothing to resume"
+        saved = groups.is_dir() and any(_latest_in(g) for g in groups.iterdir())
+        return f"continue with: jaxrl-engine sweep --resume {run}" if saved else nothing
+    if _latest_checkpoint(run) is None:
+        return nothing
     return f"continue with: jaxrl-engine train --resume {run}{_factory_item(run)}"
 
 
 def _factory_item(run: Path | None) -> str:
     """` algo.torch_policy.factory=M:F` when the run was trained with a torch factory of the
     user's (resume needs it named: a run directory's word does not import code)."""
+    from jaxrl_engine.compose import needs_naming, stored_factory
     from jaxrl_engine.io.config import read_config
 
     try:
-        algo = read_config(run / "config.yaml").get("algo") if run is not None else None
+        factory = stored_factory(read_config(run / "config.yaml")) if run is not None else None
     except ValueError:
         return ""
-    torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
-    factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
-    if not isinstance(factory, str) or factory.startswith("jaxrl_engine.interop.torch_nets:"):
-        return ""
-    return f" algo.torch_policy.factory={factory}"
+    return f" algo.torch_policy.factory={factory}" if factory and needs_naming(factory) else ""
 
 
 def _config_first(items: list[str]) -> tuple[str | None, list[str]]:
@@ -396,7 +392,7 @@ def _export(args: argparse.Namespace) -> int:
             EXIT_BAD_INPUT,
         )
 
-    from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_torch
+    from jaxrl_engine.export.policy import POLICY_DIR, ExportError, NoTorchForm, export_torch
     from jaxrl_engine.policy import export_from_checkpoint
 
     policy = Path(args.run) / POLICY_DIR
@@ -411,23 +407,15 @@ def _export(args: argparse.Namespace) -> int:
                 "--checkpoint exports one from the run's latest checkpoint"
             )
         export_torch(policy)  # (ExportError for a policy with no torch form)
-    except _bad_input() as e:
-        if not (policy_written and isinstance(e, ExportError) and _no_torch_form(policy)):
+    except NoTorchForm as e:
+        if not policy_written:
             return _fail(str(e), EXIT_BAD_INPUT)
         # --checkpoint did its part (the JAX artefact); there is no torch one to add
         print(f"jaxrl-engine: {e}", file=sys.stderr)
+    except _bad_input() as e:
+        return _fail(str(e), EXIT_BAD_INPUT)
     print(policy)
     return 0
-
-
-def _no_torch_form(policy: Path) -> bool:
-    """The exported policy has no torch module (its meta.json says so)."""
-    import json
-
-    try:
-        return json.loads((policy / "meta.json").read_text()).get("torch") is None
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _add_import_option(parser: argparse.ArgumentParser) -> None:

@@ -229,6 +229,19 @@ def make_train(cfg: Config, **build_kwargs: Any) -> Callable[..., tuple[EngineSt
 TRUSTED_FACTORY_MODULE = "jaxrl_engine.interop.torch_nets"  # the package's own factories
 
 
+def stored_factory(stored: dict[str, Any]) -> str | None:
+    """The torch factory a run's stored config (data, not validated) names, if any."""
+    algo = stored.get("algo")
+    torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
+    factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
+    return None if factory is None else str(factory)
+
+
+def needs_naming(factory: str) -> bool:
+    """A factory outside this package: used for a run directory only when the user names it."""
+    return factory.partition(":")[0] != TRUSTED_FACTORY_MODULE
+
+
 def config_from_run(
     stored: dict[str, Any], overrides: Sequence[str] = (), *, source: str, how: str
 ) -> Config:
@@ -253,9 +266,7 @@ def config_from_run(
             f"compile_cache_dir={cache} to use it",
             file=sys.stderr,
         )
-    algo = stored.get("algo")
-    torch_policy = algo.get("torch_policy") if isinstance(algo, dict) else None
-    factory = torch_policy.get("factory") if isinstance(torch_policy, dict) else None
+    factory = stored_factory(stored)
     if factory is None and "algo.torch_policy.factory" in given:
         # (checked before validation, which would import and call the factory)
         raise ConfigError(
@@ -263,7 +274,7 @@ def config_from_run(
             "network is the engine's own), so there is none to name: drop it"
         )
     cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
-    if factory is None or str(factory).partition(":")[0] == TRUSTED_FACTORY_MODULE:
+    if factory is None or not needs_naming(factory):
         return cfg
     named = any(key in ("algo", "algo.torch_policy", "algo.torch_policy.factory") for key in given)
     if not named:

@@ -56,6 +56,10 @@ class ExportError(ValueError):
     """The policy cannot be exported or loaded: says which part and what to do."""
 
 
+class NoTorchForm(ExportError):
+    """The policy has no torch module to export (not a flax MLP actor-critic)."""
+
+
 def acting_function(engine: Engine) -> Callable[[Any, jax.Array], jax.Array]:
     """`act(params, obs) -> action`: the deterministic action `evaluate` sends to the env
     (continuous actions clipped to the bounds). obs: [batch, *obs_shape]."""
@@ -216,7 +220,7 @@ def export_torch(directory: str | Path, params: Any = None) -> Path:
     directory = Path(directory)
     spec = json.loads((directory / "meta.json").read_text())["torch"]
     if spec is None:
-        raise ExportError(
+        raise NoTorchForm(
             f"{directory}: this policy is not a flax MLP actor-critic, so there is no torch "
             "module for it; use the JAX artefact (policy.py)"
         )

@@ -398,17 +398,7 @@ class Config(Strict):
     @field_validator("name")
     @classmethod
     def _one_folder_name(cls, value: str) -> str:
-        if (
-            value in ("", ".", "..")
-            or value.startswith("-")
-            or any(c in "/\\" or unicodedata.category(c) in ("Cc", "Cs") for c in value)
-            or len(value.encode()) > 255
-        ):
-            raise ValueError(
-                "must be one folder name inside run_dir: not empty, '.' or '..', at most 255 "
-                "bytes, no '/', '\\' or control characters, not starting with '-'"
-            )
-        return value
+        return folder_name(value)
 
     @field_validator("run_dir", "compile_cache_dir")
     @classmethod
@@ -500,6 +490,21 @@ class Config(Strict):
                 + ("algo.buffer_size" if replay else "env.num_envs or algo.num_steps")
             )
         return self
+
+
+def folder_name(value: str) -> str:
+    """`value` when it can be a run's name: one folder inside run_dir; ValueError if not."""
+    if (
+        value in ("", ".", "..")
+        or value.startswith("-")
+        or any(c in "/\\" or unicodedata.category(c) in ("Cc", "Cs") for c in value)
+        or len(value.encode()) > 255
+    ):
+        raise ValueError(
+            "must be one folder name inside run_dir: not empty, '.' or '..', at most 255 "
+            "bytes, no '/', '\\' or control characters, not starting with '-'"
+        )
+    return value
 
 
 def _check_action_space(algo: Any, env_id: str, action: Any) -> None:
@@ -732,9 +737,10 @@ def _scalar_text(raw: str) -> str:
     return str(node.value) if isinstance(node, yaml.ScalarNode) else raw.strip()
 
 
-def _text_field(parts: list[str]) -> tuple[bool, bool] | None:
-    """(takes None, ...) for a config key whose values are text only (`name`, `env.id`,
-    `run_dir`; under `algo`, a key that is text in every algorithm that has it); else None."""
+def _text_field(parts: list[str]) -> bool | None:
+    """For a config key whose values are text only (`name`, `env.id`, `run_dir`; under
+    `algo`, a key that is text in every algorithm that has it): whether it also takes None.
+    None for any other key."""
     models: list[Any] = [Config]
     annotations: list[Any] = []
     for i, part in enumerate(parts):
@@ -756,7 +762,7 @@ def _text_field(parts: list[str]) -> tuple[bool, bool] | None:
         takes_none |= type(None) in types
         if types - {type(None)} != {str}:
             return None
-    return (takes_none, True)
+    return takes_none
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -766,8 +772,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     for item in overrides:
         parts, value = _parse_override(item)
         if isinstance(value, int | float | bool) or value is None:
-            text = _text_field(parts)
-            if text is not None and (value is not None or not text[0]):
+            takes_none = _text_field(parts)
+            if takes_none is not None and (value is not None or not takes_none):
                 value = _scalar_text(item.split("=", 1)[1])
         set_key(raw, ".".join(parts), value)
     return raw

@@ -31,7 +31,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
-from jaxrl_engine.io.config import Config, ConfigError
+from jaxrl_engine.io.config import Config, ConfigError, folder_name
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, end_status, write_failing_batch
@@ -146,7 +146,7 @@ class Driver:
         if run_dir is not None:  # the run is named by its directory (its config.yaml says so)
             path = Path(os.path.abspath(run_dir))
             try:
-                name = type(cfg)._one_folder_name(path.name)
+                name = folder_name(path.name)
             except ValueError as e:
                 raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
             cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})

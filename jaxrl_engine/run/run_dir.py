@@ -33,16 +33,21 @@ from jaxrl_engine.io.logging import make_loggers
 LOCK_FILE = ".lock"
 
 
-def clear_run_files(path: Path) -> None:
-    """Remove what a run wrote into `path` (summary, records, logs, failing batches, policy),
-    file by file, before the run is started over (a symlink is removed, never followed)."""
-    for name in ("summary.json", "metrics.jsonl", "config.yaml"):
-        (path / name).unlink(missing_ok=True)
+def clear_outputs(path: Path) -> None:
+    """Remove a run's TensorBoard events, failing batches and exported policy from `path`,
+    file by file (a symlink is removed, never followed): what a run started over replaces."""
     for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
         for old in path.glob(pattern):
             old.unlink()
     for name in ARTEFACT_FILES:
         (path / POLICY_DIR / name).unlink(missing_ok=True)
+
+
+def clear_run_files(path: Path) -> None:
+    """Remove everything a run wrote into `path` (its summary, records and config too)."""
+    for name in ("summary.json", "metrics.jsonl", "config.yaml"):
+        (path / name).unlink(missing_ok=True)
+    clear_outputs(path)
 
 
 def end_status(done: int, num_epochs: int) -> str:
@@ -163,14 +168,9 @@ class RunDir:
         if not self.writer:
             return restored if restored is not None else read_metrics_lines(path)
         atomic_write(self.path / "config.yaml", dump_config(self.cfg))
-        if first == 0:  # a fresh run (or one started over): no TensorBoard events, failing
-            # batches or policy of another (a resume keeps its failing batches: the evidence
-            # of a failure)
-            for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
-                for old in self.path.glob(pattern):
-                    old.unlink()
-            for name in ARTEFACT_FILES:
-                (self.path / POLICY_DIR / name).unlink(missing_ok=True)
+        if first == 0:  # a fresh run (or one started over) shows nothing of another; a
+            # resume keeps its failing batches (the evidence of a failure)
+            clear_outputs(self.path)
         if restored is None:
             restored = [
                 line

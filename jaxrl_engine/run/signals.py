@@ -37,6 +37,8 @@ class StopSignal:
         every process stops after the same epoch. A collective in a multi-process run: every
         process calls it at the same point. Another process's signal is not recorded as this
         one's (its own may still come: that one is then its first, not a second)."""
+        # (here, not at the top: the CLI imports this module before JAX starts, for its
+        # start-up handler; core.sharding imports jax)
         from jaxrl_engine.core.sharding import max_over_processes
 
         got = max_over_processes(signal.Signals[self.signame].value if self.signame else 0)

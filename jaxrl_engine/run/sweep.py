@@ -158,7 +158,6 @@ class SweepDriver:
         self.root = Path(cfg.run_dir) / cfg.name
         self.compile_s = self.train_s = 0.0
         self.steps_trained = 0  # env steps trained by this call, all members
-        self.training_started = False  # (this call: a signal before it ends the start-up)
         self.wall_start = time.perf_counter()
         self.primary = is_primary()
 
@@ -175,7 +174,7 @@ class SweepDriver:
         """
         self.wall_start = time.perf_counter()
         self.compile_s = self.train_s = 0.0
-        self.steps_trained, self.training_started = 0, False
+        self.steps_trained = 0
         # The sweep's lock, no symlinks anywhere inside; in a multi-process job process 0
         # writes the directory (the others read it and join the checkpoints and gathers).
         out = RunDir(self.root, self.cfg, writer=self.primary, kind="sweep")
@@ -197,7 +196,7 @@ class SweepDriver:
                 # One handler for the whole sweep: a signal while one group ends or the next
                 # compiles stops the sweep there, as one during an epoch does.
                 with stop_on_signals(checkpoints=self.cfg.save_interval > 0) as stop:
-                    stop.starting = True  # until the first group trains
+                    stop.starting = True  # until a group trains: a signal ends the start-up
                     for group, chk, start in zip(self.groups, checkpoints, starts, strict=True):
                         try:
                             ran = self._run_group(group, chk, start, num_epochs, show, stop)
@@ -313,19 +312,7 @@ class SweepDriver:
                 file=sys.stderr,
             )
             return None
-        signame = stop.agreed()
-        if signame is not None and not self.training_started:
-            raise KeyboardInterrupt(signame)  # before training started, as `train`
-        if signame is not None:  # came as the previous group ended
-            raise TrainingInterrupted(
-                signame,
-                first,
-                None,
-                None,
-                {},
-                f"{signame}: stopped before training {group.label} (the groups before it "
-                "are finished)",
-            )
+        self._stop_before(group, stop, first)  # a signal as the previous group ended
         runs: list[MemberRun] = []
         try:
             for member in group.members:
@@ -342,27 +329,41 @@ class SweepDriver:
                 )
             self.compile_s += programs.compile()
             raise_if_stopped()  # (a signal before the sweep's handler: the CLI's start-up)
-            signame = stop.agreed()
-            if signame is not None and not self.training_started:
-                raise KeyboardInterrupt(signame)  # before training started, as `train`
-            if signame is not None:  # came while this group compiled: none of it trains
-                # (its members' summaries stay as they were: none for a group not yet trained)
-                checkpoint = checkpoints.path_of(first) if checkpoints and first else None
-                raise TrainingInterrupted(
-                    signame,
-                    first,
-                    state,
-                    checkpoint,
-                    {},
-                    f"{signame}: stopped before training {group.label} (at epoch {first}; "
-                    "the groups before it are finished)",
-                )
+            # A signal while this group compiled: none of it trains (its members' summaries
+            # stay as they were: none for a group not trained yet).
+            checkpoint = checkpoints.path_of(first) if checkpoints and first else None
+            self._stop_before(group, stop, first, state, checkpoint)
             show.start(group.label, len(runs), first, total)
-            self.training_started, stop.starting = True, False
+            stop.starting = False
             return self._train(group, runs, state, checkpoints, first, total, show, stop)
         finally:
             for run in runs:
                 run.out.close()
+
+    @staticmethod
+    def _stop_before(
+        group: Group,
+        stop: StopSignal,
+        first: int,
+        state: EngineState | None = None,
+        checkpoint: Path | None = None,
+    ) -> None:
+        """Stop the sweep before `group` trains when any process got a signal: as a start-up
+        interrupt (`KeyboardInterrupt`, the CLI's exit 130) while nothing has trained yet."""
+        signame = stop.agreed()
+        if signame is None:
+            return
+        if stop.starting:
+            raise KeyboardInterrupt(signame)
+        raise TrainingInterrupted(
+            signame,
+            first,
+            state,
+            checkpoint,
+            {},
+            f"{signame}: stopped before training {group.label} (at epoch {first}; the groups "
+            "before it are finished)",
+        )
 
     def _train(
         self,
