@@ -13,10 +13,22 @@ from pathlib import Path
 
 import jax
 
-from jaxrl_engine.compose import build, config_from_run, sweep_member
+from jaxrl_engine.compose import (
+    build,
+    config_from_run,
+    needs_naming,
+    stored_factory,
+    sweep_member,
+)
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.state import EngineState
-from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy, load_params
+from jaxrl_engine.export.policy import (
+    POLICY_DIR,
+    ExportError,
+    export_policy,
+    load_exported,
+    load_params,
+)
 from jaxrl_engine.io.checkpoint import Checkpointer
 from jaxrl_engine.io.config import read_config
 from jaxrl_engine.io.files import check_no_symlinks
@@ -34,6 +46,28 @@ def _engine_for_run(run: Path, factory: str | None) -> Engine:
     # Read, not validated: `config_from_run` first decides what the stored config may import.
     stored = read_config(run / "config.yaml")
     return build(config_from_run(stored, _overrides(factory), source=str(run), how=FACTORY_HINT))
+
+
+def _names_user_code(run: Path) -> bool:
+    """The run was trained with a torch factory of the user's, which is imported only when
+    the user names it (`compose.config_from_run`)."""
+    try:
+        factory = stored_factory(read_config(run / "config.yaml"))
+    except (OSError, ValueError):
+        return False  # (`_engine_for_run` says what is wrong with the run directory)
+    return factory is not None and needs_naming(factory)
+
+
+def _exported_policy(directory: Path) -> Callable[..., jax.Array]:
+    """The deterministic policy of an exported artefact: the StableHLO graph the run exported
+    (as `jaxrl-engine eval` plays it), so no code of the run's is imported."""
+    exported, params = load_exported(directory)
+
+    def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        del key  # (deterministic)
+        return exported.call(params, obs)
+
+    return policy
 
 
 def _overrides(factory: str | None) -> list[str]:
@@ -79,13 +113,17 @@ def make_policy(
     (required then). checkpoint: read the params from the latest checkpoint even when the run
     has an exported policy. factory: the torch factory of a run trained with
     `algo.torch_policy` (a run directory is data: the factory it names is imported only when
-    you name the same one here).
+    you name the same one here). Without it, a deterministic policy of such a run is its
+    exported artefact (`policy/act.jaxexport`, what `jaxrl-engine eval` plays).
     """
     if isinstance(source, tuple):
         engine, state = source
         params = state.eval_params
     else:
         run = Path(source)
+        exported = not checkpoint and (run / POLICY_DIR / "act.jaxexport").is_file()
+        if exported and deterministic and factory is None and _names_user_code(run):
+            return _exported_policy(run / POLICY_DIR)
         if checkpoint or not (run / POLICY_DIR / "params.npz").is_file():
             engine, state = _checkpoint_params(run, factory)
             params = state.eval_params

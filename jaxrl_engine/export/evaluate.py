@@ -8,8 +8,6 @@ user deploys, not the training code. The env is the run's evaluation env (`env.i
 
 from __future__ import annotations
 
-import struct
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import numpy as np
 from jaxrl_engine.core.phases import evaluate_episodes
 from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
-from jaxrl_engine.export.policy import POLICY_DIR, ExportError
+from jaxrl_engine.export.policy import POLICY_DIR, ExportError, load_exported
 from jaxrl_engine.io.config import Config, check_env_modules, config_from_dict, read_config
 
 EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
@@ -98,16 +96,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     else:  # gymnax or Brax: stepped inside the jitted evaluation
         env = make_jax_env(cfg.env.suite, cfg.env.id, cfg.env.params)
         env_params = env.with_params(env.params, cfg.eval.env_params)
-    try:
-        exported = jax.export.deserialize(bytearray((policy / "act.jaxexport").read_bytes()))
-        with np.load(policy / "params.npz") as data:
-            params = {name: data[name] for name in data.files}
-    except (OSError, ValueError, TypeError, struct.error, zipfile.BadZipFile) as e:
-        raise ExportError(
-            f"{policy} does not hold a readable exported policy ({type(e).__name__}: {e}); "
-            "re-export it from a checkpoint with `jaxrl-engine export --checkpoint "
-            f"{run_dir}`"
-        ) from None
+    exported, params = load_exported(policy)
 
     _check_observations(exported, env.spec(env_params), run_dir)
 

@@ -23,6 +23,8 @@ architecture: the flax MLP actor-critic (PPO).
 from __future__ import annotations
 
 import json
+import struct
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -238,6 +240,23 @@ def export_torch(directory: str | Path, params: Any = None) -> Path:
     atomic_writer(directory / "torch_policy.pt", lambda f: torch.save(module.state_dict(), f))
     atomic_write(directory / "torch_policy.py", (HERE / "torch_loader.py").read_bytes())
     return directory
+
+
+def load_exported(directory: str | Path) -> tuple[jax.export.Exported, dict[str, np.ndarray]]:
+    """(the exported acting function, its flat params) of a policy directory; `ExportError`
+    when the files are missing or unreadable. Call it as `exported.call(params, obs)`."""
+    directory = Path(directory)
+    run_dir = directory.parent
+    try:
+        exported = jax.export.deserialize(bytearray((directory / "act.jaxexport").read_bytes()))
+        with np.load(directory / "params.npz") as data:
+            params = {name: data[name] for name in data.files}
+    except (OSError, ValueError, TypeError, struct.error, zipfile.BadZipFile) as e:
+        raise ExportError(
+            f"{directory} does not hold a readable exported policy ({type(e).__name__}: {e}); "
+            f"re-export it from a checkpoint with `jaxrl-engine export {run_dir} --checkpoint`"
+        ) from None
+    return exported, params
 
 
 def load_params(engine: Engine, directory: str | Path) -> Any:

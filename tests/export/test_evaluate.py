@@ -102,7 +102,7 @@ def test_a_truncated_exported_policy_exits_2_naming_it(run, tmp_path, capsys):
         evaluate_run(copy)
     assert cli.main(["eval", str(copy)]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "export --checkpoint" in err
+    assert "Traceback" not in err and f"jaxrl-engine export {copy} --checkpoint" in err
 
 
 @pytest.mark.parametrize(

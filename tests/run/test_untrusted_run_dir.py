@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine import cli
+from jaxrl_engine.export.jax_loader import load as load_policy
 from tests.conftest import SMALL
 
 pytest.importorskip("torch", reason="the torch extra builds torch policies")
@@ -79,9 +81,17 @@ def test_resume_export_eval_and_make_policy_never_import_a_factory_the_run_names
     assert cli.main(["eval", str(run), "--episodes", "2"]) == 0  # the exported artefact only
     assert_not_imported(run)
 
-    for checkpoint in (False, True):
+    # The exported artefact acts without the factory: the greedy action eval plays.
+    policy = jre.make_policy(run)
+    obs = np.linspace(-0.1, 0.1, 12, dtype=np.float32).reshape(3, 4)
+    act, params = load_policy(run / "policy")
+    np.testing.assert_array_equal(np.asarray(policy(obs)), np.asarray(act(params, obs)))
+    assert np.asarray(policy(obs)).shape == (3,)
+    assert_not_imported(run)
+    # Sampling, or the checkpoint's params, need the network itself: refused unnamed.
+    for kwargs in ({"checkpoint": True}, {"deterministic": False}):
         with pytest.raises(jre.ConfigError, match="never code"):
-            jre.make_policy(run, checkpoint=checkpoint)
+            jre.make_policy(run, **kwargs)
     assert_not_imported(run)
 
 
