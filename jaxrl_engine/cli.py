@@ -146,19 +146,9 @@ def _missing_run(path: str, what: str = "run directory") -> str | None:
 
 def _run_not_sweep(path: str, verb: str) -> str | None:
     """`path` is a sweep's directory (it holds sweep.json): `verb` takes one of its members."""
-    if not (Path(path) / "sweep.json").is_file() or (Path(path) / "metrics.jsonl").exists():
-        return None
-    from jaxrl_engine.io.plot import sweep_members
+    from jaxrl_engine.io.plot import not_a_sweep
 
-    try:
-        members = sweep_members(path) or []
-    except ValueError:
-        members = []
-    example = f", e.g. {members[0]}" if members else ""
-    return (
-        f"{path!r} is a sweep's directory: {verb} takes one of its members' run directories"
-        f"{example} (its sweep.csv lists them; `jaxrl-engine plot {path}` plots them all)"
-    )
+    return not_a_sweep(path, f"{verb} takes")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -229,9 +219,12 @@ def _train(args: argparse.Namespace) -> int:
                     "(mesh.data shards its envs)",
                     EXIT_BAD_INPUT,
                 )
-            if args.print_config:  # validated as a run would be (the env made); no JAX program
+            if args.print_config:  # validated as a run would be: the env, the algorithm and
+                # its network (a torch factory) built, the state's size checked; nothing compiled
+                from jaxrl_engine.compose import build
                 from jaxrl_engine.io.config import dump_config
 
+                build(cfg.model_copy(update={"compile_cache_dir": None}))
                 print(dump_config(cfg), end="")
                 return 0
             run = Path(cfg.run_dir) / cfg.name
@@ -357,6 +350,8 @@ def _plot(args: argparse.Namespace) -> int:
         plot_runs(args.runs, out, metric=args.metric, references=args.reference)
     except (FileNotFoundError, ValueError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
+    except OSError as e:  # (the runs are read before: what failed is writing the plot)
+        return _fail(f"cannot write the plot to {out}: {e}", EXIT_OS_ERROR)
     print(out)
     return 0
 
@@ -392,6 +387,7 @@ def _export(args: argparse.Namespace) -> int:
             EXIT_BAD_INPUT,
         )
 
+    from jaxrl_engine.export.evaluate import never_exported
     from jaxrl_engine.export.policy import POLICY_DIR, ExportError, NoTorchForm, export_torch
     from jaxrl_engine.policy import export_from_checkpoint
 
@@ -403,7 +399,8 @@ def _export(args: argparse.Namespace) -> int:
             policy_written = True
         if not (policy / "meta.json").is_file():
             raise ExportError(
-                f"{args.run} has no exported policy ({policy}/meta.json); "
+                never_exported(args.run)
+                or f"{args.run} has no exported policy ({policy}/meta.json); "
                 "--checkpoint exports one from the run's latest checkpoint"
             )
         export_torch(policy)  # (ExportError for a policy with no torch form)
@@ -414,6 +411,8 @@ def _export(args: argparse.Namespace) -> int:
         print(f"jaxrl-engine: {e}", file=sys.stderr)
     except _bad_input() as e:
         return _fail(str(e), EXIT_BAD_INPUT)
+    except OSError as e:  # a read-only or full run directory: nothing of the run is lost
+        return _fail(f"cannot write the exported policy in {policy}: {e}", EXIT_OS_ERROR)
     print(policy)
     return 0
 

@@ -105,6 +105,11 @@ def build(
 ) -> Engine:
     """The `Engine` for a config; keyword arguments inject an env (any `Env`), an algorithm,
     a mesh, per-phase hooks, replacement phases or host hooks for the driver."""
+    if not isinstance(cfg, Config):
+        raise TypeError(
+            f"build: cfg is a {type(cfg).__name__}; give a Config: jre.load_config(path, "
+            "overrides) (path None: the default config)"
+        )
     configure_compile_cache(cfg.compile_cache_dir)
     env = env if env is not None else make_configured_env(cfg)
     host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
@@ -328,6 +333,11 @@ def resume(
             f"cannot resume from {str(path)!r}: that is a checkpoint; pass its run directory "
             f"({str(path.parent if path.name == 'checkpoints' else path.parent.parent)!r}), "
             "which continues from its latest checkpoint"
+        )
+    if (path / SPEC_FILE).is_file() and not (path / "metrics.jsonl").exists():
+        raise CheckpointError(
+            f"cannot resume {str(path)!r} as a run: it is a sweep's directory; continue the "
+            f"sweep with jre.resume_sweep({str(path)!r}) (`jaxrl-engine sweep --resume {path}`)"
         )
     if not (path / "checkpoints").is_dir():
         raise CheckpointError(

@@ -8,10 +8,12 @@ there is none or `checkpoint=True`, the acting params of the latest checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxrl_engine.compose import (
     build,
@@ -32,6 +34,7 @@ from jaxrl_engine.export.policy import (
 from jaxrl_engine.io.checkpoint import Checkpointer
 from jaxrl_engine.io.config import read_config
 from jaxrl_engine.io.files import check_no_symlinks
+from jaxrl_engine.io.plot import not_a_sweep
 from jaxrl_engine.run.run_dir import RunLock
 
 # `loggers` may name wandb, which acting does not need installed; loading a policy (in someone
@@ -48,6 +51,20 @@ def _engine_for_run(run: Path, factory: str | None) -> Engine:
     return build(config_from_run(stored, _overrides(factory), source=str(run), how=FACTORY_HINT))
 
 
+def batch_of_observations(obs: Any, obs_shape: Sequence[Any]) -> jax.Array:
+    """`obs` as an array `[batch, *obs_shape]`, else a ValueError naming both shapes (before
+    the network sees it: its own error would name a layer's kernel)."""
+    obs = jnp.asarray(obs)
+    want = tuple(int(d) for d in obs_shape)
+    if obs.shape[1:] != want or obs.ndim != len(want) + 1:
+        one = " (one observation: obs[None])" if obs.shape == want else ""
+        raise ValueError(
+            f"policy(obs): obs has shape {list(obs.shape)}, this policy takes "
+            f"[batch, {', '.join(map(str, want))}]{one}"
+        )
+    return obs
+
+
 def _names_user_code(run: Path) -> bool:
     """The run was trained with a torch factory of the user's, which is imported only when
     the user names it (`compose.config_from_run`)."""
@@ -62,10 +79,11 @@ def _exported_policy(directory: Path) -> Callable[..., jax.Array]:
     """The deterministic policy of an exported artefact: the StableHLO graph the run exported
     (as `jaxrl-engine eval` plays it), so no code of the run's is imported."""
     exported, params = load_exported(directory)
+    obs_shape = exported.in_avals[-1].shape[1:]  # (params..., obs[batch, ...])
 
     def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
         del key  # (deterministic)
-        return exported.call(params, obs)
+        return exported.call(params, batch_of_observations(obs, obs_shape))
 
     return policy
 
@@ -117,10 +135,22 @@ def make_policy(
     exported artefact (`policy/act.jaxexport`, what `jaxrl-engine eval` plays).
     """
     if isinstance(source, tuple):
+        if not (
+            len(source) == 2
+            and isinstance(source[0], Engine)
+            and isinstance(source[1], EngineState)
+        ):
+            raise TypeError(
+                "make_policy: source is an (engine, state) pair or a run directory, not a tuple "
+                f"of {[type(x).__name__ for x in source]}"
+            )
         engine, state = source
         params = state.eval_params
     else:
         run = Path(source)
+        problem = not_a_sweep(run, "make_policy takes")
+        if problem:
+            raise ExportError(problem)
         exported = not checkpoint and (run / POLICY_DIR / "act.jaxexport").is_file()
         if exported and deterministic and factory is None and _names_user_code(run):
             return _exported_policy(run / POLICY_DIR)
@@ -134,6 +164,7 @@ def make_policy(
     act, clip = engine.algo.act, engine.spec.action.clip
 
     def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        obs = batch_of_observations(obs, engine.spec.obs_shape)
         if key is None:
             if not deterministic:
                 raise ValueError("make_policy(..., deterministic=False): pass a PRNG key")

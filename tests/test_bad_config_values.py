@@ -62,6 +62,7 @@ RANGE_CASES = {
         ["'eval.env_params'", "3000000000", "int32"],
     ),
     "lr beyond float32": (["algo.lr=1e39"], ["'algo.lr'", "1e+39", "float32"]),
+    "lr that becomes 0 in float32": (["algo.lr=1e-50"], ["'algo.lr'", "1e-50", "becomes 0"]),
     "a float env param beyond float32": (
         ["env.params={gravity: -1e39}"],
         ["'env.params'", "float32"],

@@ -42,6 +42,19 @@ def no_compile(monkeypatch):
     return mocks
 
 
+@pytest.fixture
+def no_run(monkeypatch):
+    """The engine may be built (validation) but nothing compiled or run: `warm_up` and `run`
+    fail loudly; the mocks record any call."""
+    mocks = {
+        "Engine.warm_up": mock.Mock(side_effect=CompiledTooEarly("warm_up called")),
+        "Engine.run": mock.Mock(side_effect=CompiledTooEarly("run called")),
+    }
+    monkeypatch.setattr(engine_module.Engine, "warm_up", mocks["Engine.warm_up"])
+    monkeypatch.setattr(engine_module.Engine, "run", mocks["Engine.run"])
+    return mocks
+
+
 def assert_one_paragraph(err: str) -> None:
     text = err.strip()
     assert text.startswith("jaxrl-engine: "), err
@@ -161,7 +174,7 @@ def test_successful_run_prints_the_summary_as_the_last_stdout_line(tmp_path, cap
 
 
 def test_print_config_prints_the_resolved_config_that_loads_back_the_same(
-    tmp_path, no_compile, capsys, monkeypatch
+    tmp_path, no_run, capsys, monkeypatch
 ):
     from jaxrl_engine.io.config import dump_config, load_config
 
@@ -175,7 +188,7 @@ def test_print_config_prints_the_resolved_config_that_loads_back_the_same(
     assert cfg.algo.actor_lr == 1e-3 and cfg.seed == 7 and cfg.algo.name == "sac"
     assert dump_config(cfg) == dump_config(load_config(argv[0], argv[1:]))
     assert [p.name for p in tmp_path.iterdir()] == ["printed.yaml"]  # nothing else written
-    assert not any(m.called for m in no_compile.values())
+    assert not any(m.called for m in no_run.values())
 
 
 @pytest.mark.parametrize(
@@ -183,10 +196,14 @@ def test_print_config_prints_the_resolved_config_that_loads_back_the_same(
     [
         (["algo.lr=-1"], "'algo.lr'"),
         (["--resume", "runs/x"], "a run's own is runs/x/config.yaml"),
+        (
+            [str(ROOT / "configs" / "ppo_torch_policy.yaml"), "algo.torch_policy.factory=os:nope"],
+            "algo.torch_policy.factory 'os:nope': module os has no 'nope'",
+        ),
     ],
-    ids=["bad override", "with --resume"],
+    ids=["bad override", "with --resume", "a factory that does not exist"],
 )
-def test_print_config_refuses_what_a_run_would(argv, fragment, tmp_path, no_compile, capsys):
+def test_print_config_refuses_what_a_run_would(argv, fragment, tmp_path, no_run, capsys):
     assert cli.main(["train", "--print-config", *argv]) == cli.EXIT_BAD_INPUT
     out, err = capsys.readouterr()
     assert out == "" and fragment in err

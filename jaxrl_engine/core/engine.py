@@ -38,6 +38,7 @@ from jaxrl_engine.core.state import (
     Metrics,
     Phase,
     check_hparams,
+    check_hparams_shapes,
     hparams_arrays,
     hparams_like,
     strong_types,
@@ -50,15 +51,53 @@ from jaxrl_engine.core.warm_up import check_shapes, compile_phase
 MAX_EPOCHS_PER_CALL = 64
 
 
-def _strongly_typed(phase: Phase) -> Phase:
-    """`phase` returning its state strongly typed (`strong_types`)."""
+def _checked(name: str, phase: Phase) -> Phase:
+    """`phase` returning its state strongly typed (`strong_types`), checked when traced: the
+    state keeps its structure, shapes and dtypes (the epoch's loop carries it) and every metric
+    is a scalar (the driver logs one number per epoch); else a ValueError naming the phase."""
 
     @functools.wraps(phase)
     def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
-        state, metrics = phase(state)
-        return strong_types(state), metrics
+        out = phase(state)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+            raise ValueError(
+                f"phase '{name}' returned {type(out).__name__}: a phase returns (state, metrics),"
+                " metrics a dict of scalars"
+            )
+        new, metrics = out[0], out[1]
+        new = strong_types(new)
+        _check_same_state(name, strong_types(state), new)
+        for key, value in metrics.items():
+            if np.shape(value) != ():
+                raise ValueError(
+                    f"phase '{name}': metric {key!r} has shape {np.shape(value)}: metrics are "
+                    "scalars, one number per epoch (reduce it, or log each part under its own key)"
+                )
+        return new, metrics
 
     return wrapped
+
+
+def _check_same_state(name: str, given: EngineState, returned: Any) -> None:
+    if jax.tree.structure(returned) != jax.tree.structure(given):  # type: ignore[operator]
+        raise ValueError(
+            f"phase '{name}' returned a state of another structure than it was given "
+            f"({type(returned).__name__}): a phase returns the state with its structure, shapes "
+            "and dtypes (state.replace(...))"
+        )
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(given), jax.tree.leaves(returned), strict=True
+    ):
+        if np.shape(a) != np.shape(b) or _dtype(a) != _dtype(b):
+            raise ValueError(
+                f"phase '{name}' returned state{jax.tree_util.keystr(path)} as "
+                f"{_dtype(b)}{list(np.shape(b))}, but was given {_dtype(a)}{list(np.shape(a))}: "
+                "a phase keeps the state's shapes and dtypes (the epoch's loop carries it)"
+            )
+
+
+def _dtype(x: Any) -> str:
+    return str(getattr(x, "dtype", None) or np.result_type(x))
 
 
 def check_not_donated(where: str, args: Any) -> None:
@@ -91,6 +130,8 @@ class Program:
         functools.update_wrapper(self, jitted)
 
     def __call__(self, *args: Any) -> Any:
+        if self.name == "epochs" and len(args) == 2:
+            _check_epoch_count(args[1])
         executable = self._executables.get(self.name)
         if executable is not None:
             try:
@@ -112,6 +153,29 @@ class Program:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.jitted, attr)
+
+
+def _check_epoch_count(n: Any) -> None:
+    """`engine.epochs(state, n)`: n a whole number >= 0 (a traced one is the caller's)."""
+    if isinstance(n, jax.core.Tracer):
+        return
+    if isinstance(n, bool) or not jnp.issubdtype(jnp.result_type(n), jnp.integer) or np.ndim(n):
+        raise TypeError(f"engine.epochs(state, n): n={n!r} is not a whole number of epochs")
+    if int(n) < 0:
+        raise ValueError(f"engine.epochs(state, n): n={int(n)} epochs; give 0 or more")
+
+
+def _check_key(key: Any, where: str) -> None:
+    """A PRNG key (`jax.random.key(seed)`, or a raw uint32[2] one), else a TypeError."""
+    if isinstance(key, jax.core.Tracer):
+        return
+    typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    raw = isinstance(key, jax.Array | np.ndarray) and key.shape == (2,) and key.dtype == np.uint32
+    if not (typed or raw):
+        raise TypeError(
+            f"{where}: key is {type(key).__name__} {np.shape(key)}; give a PRNG key: "
+            "jax.random.key(seed)"
+        )
 
 
 class Driver(Protocol):
@@ -202,13 +266,29 @@ class Engine:
                 self.phase_hooks[name].append(guard_hook(name, guarded, skip=MAY_BE_NAN))
             if offload:
                 self.phase_hooks[name].extend(placement_hooks(name, self.mesh))
+        if hooks is not None and not isinstance(hooks, Mapping):
+            raise TypeError(
+                f"hooks is a {type(hooks).__name__}: give a dict of phase name -> list of hooks "
+                "({'train': [jre.hooks.every(2)]})"
+            )
         for name, user_hooks in (hooks or {}).items():
             if name not in PHASES:
                 raise ValueError(f"hooks given for unknown phase {name!r}; phases: {PHASES}")
+            if callable(user_hooks) or not isinstance(user_hooks, Sequence):
+                raise TypeError(
+                    f"hooks[{name!r}] is a {type(user_hooks).__name__}: give a list of hooks "
+                    f"({{{name!r}: [hook]}})"
+                )
+            for i, hook in enumerate(user_hooks):
+                if not callable(hook):
+                    raise TypeError(
+                        f"hooks[{name!r}][{i}] is {hook!r}: a hook is a function from a phase "
+                        "to a phase"
+                    )
             self.phase_hooks[name].extend(user_hooks)
         # Pure, hooked phases (callable inside a user's own jit) and their jitted versions.
         self.pure_phases: dict[str, Phase] = {
-            name: _strongly_typed(chain(*self.phase_hooks[name])(self.raw_phases[name]))
+            name: _checked(name, chain(*self.phase_hooks[name])(self.raw_phases[name]))
             for name in PHASES
         }
         program = functools.partial(Program, executables=self._compiled)
@@ -304,6 +384,7 @@ class Engine:
     def init(self, key: jax.Array, hparams: Any = None) -> EngineState:
         """A fresh state for `key` (and `hparams`, default the algorithm's), placed on the mesh
         (env batch sharded, params replicated)."""
+        _check_key(key, "engine.init")
         if hparams is not None:  # Python numbers become f32 here, before the jit sees them
             check_hparams(hparams, self.hparams, "engine.init", scalars=True)
             hparams = hparams_like(hparams, self.hparams)
@@ -314,6 +395,7 @@ class Engine:
         """`state` carrying `hparams` (placed like the state's): what the phases train with
         from here on."""
         check_hparams(hparams, self.hparams, "engine.with_hparams")
+        check_hparams_shapes(hparams, state.hparams, "engine.with_hparams")
         placed = jax.device_put(hparams_like(hparams, self.hparams), self.state_sharding.hparams)
         return state.replace(hparams=placed)
 

@@ -143,6 +143,23 @@ def check_hparams(hparams: Any, like: Any, where: str, scalars: bool = False) ->
             )
 
 
+def check_hparams_shapes(hparams: Any, held: Any, where: str) -> None:
+    """Each concrete value of `hparams` has the shape of the state's (`held`): scalars in one
+    run's state, `[members]` in a stacked sweep's. Else a ValueError naming the field: a value
+    of another shape broadcasts silently (one gamma per env) and changes the compiled program."""
+    if held is None:
+        return
+    for (path, value), old in zip(
+        jax.tree_util.tree_leaves_with_path(hparams), jax.tree.leaves(held), strict=True
+    ):
+        if not isinstance(value, jax.core.Tracer) and np.shape(value) != np.shape(old):
+            raise ValueError(
+                f"{where}: hparams{jax.tree_util.keystr(path)} has shape {np.shape(value)}, the "
+                f"state's has {np.shape(old)} (one run's hparams are scalars; a sweep's state "
+                "takes one value per member)"
+            )
+
+
 def hparams_arrays(hparams: Any) -> Any:
     """`hparams` with every leaf a (not weakly typed) array: Python floats become f32[], so
     the state's signature is the same whether the values came from a config or a sweep."""

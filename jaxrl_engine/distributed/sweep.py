@@ -173,6 +173,17 @@ def plan_sweep(
     """
     check_sweepable(cfg)
     seeds = parse_seeds(seeds)
+    if grid is not None and not isinstance(grid, Mapping):
+        raise ConfigError(
+            f"sweep grid is a {type(grid).__name__}: give a dict of key -> list of values "
+            "({'algo.lr': [1e-4, 3e-4]})"
+        )
+    for key, values in (grid or {}).items():
+        if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+            raise ConfigError(
+                f"sweep grid key {key!r}: {values!r} is not a list of values (one value: "
+                f"[{values!r}], or set it in the config)"
+            )
     axes = {str(k): list(v) for k, v in (grid or {}).items()}
     for key, values in axes.items():
         if key == "seed":

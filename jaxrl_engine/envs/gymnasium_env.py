@@ -33,7 +33,7 @@ import numpy as np
 
 from jaxrl_engine.core.protocols import ActionSpec, EnvSpec
 from jaxrl_engine.envs.host_callback import ordered_host_call
-from jaxrl_engine.io.user_code import import_env_module
+from jaxrl_engine.io.user_code import found_modules_on_path, import_env_module
 
 Vectorization = Literal["sync", "async"]
 DEFAULT_MAX_STEPS = 1000  # evaluation horizon of an env without a registered step limit
@@ -66,6 +66,19 @@ def _space_spec(
             "arrays, images included)"
         )
     obs_dtype = np.float32 if np.issubdtype(obs_space.dtype, np.floating) else obs_space.dtype
+    if np.dtype(obs_dtype).itemsize > 4:  # JAX runs without 64-bit types: int32 if it fits
+        narrow = np.dtype(np.int32 if np.issubdtype(obs_dtype, np.signedinteger) else np.uint32)
+        if not (
+            np.issubdtype(obs_dtype, np.integer)
+            and np.all(obs_space.low >= np.iinfo(narrow).min)
+            and np.all(obs_space.high <= np.iinfo(narrow).max)
+        ):
+            raise ValueError(
+                f"{key}={env_id}: observation space {obs_space} has 64-bit values beyond "
+                f"{narrow.name}'s range, and JAX runs without 64-bit types (bound the space, or "
+                "give float32 observations)"
+            )
+        obs_dtype = narrow
     if isinstance(action_space, spaces.Discrete):
         if action_space.start != 0:
             raise ValueError(f"{key}={env_id}: Discrete actions must start at 0 ({action_space})")
@@ -231,17 +244,18 @@ class GymnasiumEnv:
 
             self.rebuilds += params in self._released
             self._released.discard(params)
-            self._vec[params] = gymnasium.make_vec(
-                self.id_of(params),
-                num_envs=self.sizes[params.role],
-                vectorization_mode=self.vectorization,
-                vector_kwargs={
-                    "autoreset_mode": AutoresetMode.SAME_STEP,
-                    # Spawned workers: forking a process in which JAX runs threads can deadlock.
-                    **({"context": "spawn"} if self.vectorization == "async" else {}),
-                },
-                **dict(params.kwargs),
-            )
+            with found_modules_on_path():  # (a spawned worker imports the env's module)
+                self._vec[params] = gymnasium.make_vec(
+                    self.id_of(params),
+                    num_envs=self.sizes[params.role],
+                    vectorization_mode=self.vectorization,
+                    vector_kwargs={
+                        "autoreset_mode": AutoresetMode.SAME_STEP,
+                        # Spawned workers: forking a process running JAX's threads can deadlock.
+                        **({"context": "spawn"} if self.vectorization == "async" else {}),
+                    },
+                    **dict(params.kwargs),
+                )
             self._needs_reset[params] = True
         return self._vec[params]
 

@@ -31,14 +31,21 @@ def _run_config(run_dir: Path) -> Config:
     return config_from_dict(stored, ["loggers=[jsonl]", "progress=false"])
 
 
-def _universal(run_dir: Path) -> bool:
-    """Whether the run's config acts through the universal torch path (False when unreadable)."""
+def never_exported(run_dir: str | Path) -> str | None:
+    """Why the run has no exported policy to expect, when its config acts through the
+    universal torch path (a host callback: no StableHLO form); None otherwise or unreadable."""
     try:
-        cfg = _run_config(run_dir)
+        cfg = _run_config(Path(run_dir))
     except (OSError, ValueError):
-        return False
+        return None
     torch_policy = getattr(cfg.algo, "torch_policy", None)
-    return torch_policy is not None and torch_policy.path == "universal"
+    if torch_policy is None or torch_policy.path != "universal":
+        return None
+    return (
+        f"{run_dir} has no exported policy: a policy acting through a host callback "
+        "(algo.torch_policy.path=universal) has no StableHLO form to export; act with "
+        f"jre.make_policy({str(run_dir)!r}, checkpoint=True, factory=...) instead"
+    )
 
 
 MAX_EPISODES = 10_000_000  # (their returns and lengths: 80 MB)
@@ -63,12 +70,9 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
     run_dir = Path(run_dir)
     policy = run_dir / POLICY_DIR
     if not (policy / "act.jaxexport").is_file():
-        if _universal(run_dir):
-            raise ExportError(
-                f"{run_dir} has no exported policy: a policy acting through a host callback "
-                "(algo.torch_policy.path=universal) has no StableHLO form to export; act with "
-                f"jre.make_policy({str(run_dir)!r}, checkpoint=True, factory=...) instead"
-            )
+        reason = never_exported(run_dir)
+        if reason:
+            raise ExportError(reason)
         raise ExportError(
             f"{run_dir} has no exported policy ({policy}/act.jaxexport): "
             + (

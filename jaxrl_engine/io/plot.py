@@ -42,6 +42,7 @@ class Curve:
 
     label: str
     runs: int
+    seeds: int  # distinct seeds among the runs (two sweeps may hold the same member)
     env_steps: np.ndarray
     wall_s: np.ndarray  # mean over runs at each point
     mean: np.ndarray
@@ -77,14 +78,37 @@ def sweep_members(path: str | Path) -> list[Path] | None:
     ]
 
 
+def not_a_sweep(path: str | Path, takes: str) -> str | None:
+    """Why `path` cannot be given where `takes` a run directory (e.g. "eval takes"): it is a
+    sweep's directory (it holds sweep.json), whose members are the run directories; None when
+    it is not one."""
+    path = Path(path)
+    if not (path / "sweep.json").is_file() or (path / "metrics.jsonl").exists():
+        return None
+    try:
+        members = sweep_members(path) or []
+    except ValueError:
+        members = []
+    example = f", e.g. {members[0]}" if members else ""
+    return (
+        f"{str(path)!r} is a sweep's directory: {takes} one of its members' run directories"
+        f"{example} (its sweep.csv lists them; `jaxrl-engine plot {path}` plots them all)"
+    )
+
+
 def expand_sweeps(paths: Sequence[str | Path]) -> list[Path]:
-    """`paths` with each sweep's directory replaced by its members' run directories."""
+    """`paths` with each sweep's directory replaced by its members' run directories; a run
+    named twice (or a member of two sweeps given) once, so it counts once in a mean."""
     out: list[Path] = []
+    seen: set[Path] = set()
     for p in paths:
         members = sweep_members(p)
         if members == []:
             raise FileNotFoundError(f"{p} is a sweep's directory whose members logged no records")
-        out.extend(members if members is not None else [Path(p)])
+        for run in members if members is not None else [Path(p)]:
+            if run.resolve() not in seen:
+                seen.add(run.resolve())
+                out.append(run)
     return out
 
 
@@ -171,6 +195,7 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
     return Curve(
         label=label,
         runs=len(runs),
+        seeds=len({json.dumps(run.config.get("seed")) for run in runs}),
         env_steps=np.array(steps, dtype=float),
         wall_s=wall.mean(0),
         mean=values.mean(0),
@@ -193,6 +218,8 @@ def read_reference(path: str | Path) -> Reference:
     """Parse a reference-curve JSON file (data only); ValueError naming the file and the point
     when it is not `{"label"?: str, "curve": [{"env_steps": n, "return": x, "wall_s"?: s}, ...]}`."""
     path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"reference curve {str(path)!r}: no such file")
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -235,6 +262,11 @@ def plot_runs(
     matplotlib Figure."""
     from matplotlib.figure import Figure
 
+    if references and metric != EVAL_RETURN:
+        raise ValueError(
+            f"reference curves are returns ({EVAL_RETURN}); with --metric {metric} there is "
+            "nothing to compare them with: plot them without --metric"
+        )
     refs = [read_reference(r) for r in references]  # bad files fail before any run is read
     curves = [
         curve(label, runs, metric)
@@ -243,7 +275,8 @@ def plot_runs(
     fig = Figure(figsize=(11, 4), layout="constrained")
     by_steps, by_time = fig.subplots(1, 2, sharey=True)
     for c in curves:
-        label = c.label + (f" (mean, min-max of {c.runs} seeds)" if c.runs > 1 else "")
+        over = f"{c.runs} seeds" if c.seeds == c.runs else f"{c.runs} runs, {c.seeds} seeds"
+        label = c.label + (f" (mean, min-max of {over})" if c.runs > 1 else "")
         for ax, x in ((by_steps, c.env_steps), (by_time, c.wall_s)):
             (line,) = ax.plot(x, c.mean, label=label, marker="o", markersize=3)
             if c.runs > 1:

@@ -3,7 +3,7 @@
 Unknown keys are refused, and every number must fit the dtype it becomes on the device: each
 int (also inside lists and dicts, e.g. `hidden_sizes` or `env.params`) must fit int32 (a field
 named in `uint32_fields` must fit uint32 instead) and each float must be finite and fit
-float32.
+float32 (a nonzero one not flushed to 0).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, mod
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32 (XLA flushes the rest)
 
 
 def check_number(value: Any, low: int = -(2**31), high: int = INT32_MAX) -> None:
@@ -31,6 +32,11 @@ def check_number(value: Any, low: int = -(2**31), high: int = INT32_MAX) -> None
         if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
             raise ValueError(
                 f"{value!r} is out of range: must be finite and fit float32 (|x| <= 3.4e38)"
+            )
+        if value != 0 and abs(value) < FLOAT32_TINY:
+            raise ValueError(
+                f"{value!r} is out of range: it becomes 0 in float32 (a nonzero value needs "
+                "|x| >= 1.2e-38)"
             )
     elif isinstance(value, list | tuple):
         for item in value:

@@ -9,9 +9,11 @@ and `io.config.check_env_modules` refuses to import what it names on its word.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -27,9 +29,29 @@ def import_from_here(module_name: str) -> Any:
             raise
     sys.path.insert(0, here)
     try:
-        return importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     finally:
         sys.path.remove(here)
+    _FOUND_IN[top] = here
+    return module
+
+
+# Top-level modules found in the current directory, and where (`import_from_here`).
+_FOUND_IN: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def found_modules_on_path() -> Iterator[None]:
+    """`sys.path` with the directories `import_from_here` found modules in, while worker
+    processes start: a spawned process starts from a copy of this process's `sys.path` and
+    imports the user's env module again (gymnasium's async vector env)."""
+    extra = [d for d in dict.fromkeys(_FOUND_IN.values()) if d not in sys.path]
+    sys.path[:0] = extra
+    try:
+        yield
+    finally:
+        for d in extra:
+            sys.path.remove(d)
 
 
 def import_env_module(env_id: str, key: str) -> str:

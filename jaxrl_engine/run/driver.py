@@ -16,6 +16,7 @@ batch to the run directory and leaves the checkpoints as they were.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -34,7 +35,7 @@ from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import Config, ConfigError, folder_name
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
-from jaxrl_engine.run.run_dir import RunDir, end_status, write_failing_batch
+from jaxrl_engine.run.run_dir import RunDir, end_status, epochs_asked, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
 
@@ -76,6 +77,28 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(message or f"{signame}: stopped after epoch {epoch}{where}")
 
 
+def _check_describes(cfg: Config, engine: Engine) -> None:
+    """The driver's config describes `engine` (an engine built by hand with `jre.Engine(...,
+    driver=Driver(cfg))`): the run directory's config.yaml is what `resume` and `make_policy`
+    rebuild the engine from, so a run whose sizes differ from it is refused before it starts."""
+    per_epoch = cfg.algo.num_steps * cfg.env.num_envs
+    pairs = [
+        ("env.num_envs", cfg.env.num_envs, engine.num_envs),
+        ("algo.num_steps", cfg.algo.num_steps, engine.num_steps),
+        ("algo.name", cfg.algo.name, engine.algo.name),
+        ("total_env_steps (epochs)", math.ceil(cfg.total_env_steps / per_epoch), engine.num_epochs),
+        ("eval.interval", cfg.eval.interval, engine.eval_interval),
+    ]
+    wrong = [f"{key}: {mine!r} in the config, {its!r} in the engine" for key, mine, its in pairs]
+    wrong = [w for w, (_, mine, its) in zip(wrong, pairs, strict=True) if mine != its]
+    if wrong:
+        raise ConfigError(
+            "the driver's config does not describe this engine (" + "; ".join(wrong) + "): the "
+            "run directory's config.yaml is what resume and make_policy rebuild it from; give "
+            "jre.Driver the config the engine was built with"
+        )
+
+
 def placed_as(state: EngineState, sharding: Any) -> EngineState:
     """`state` on `sharding` (the compiled epochs' input placement), moved only where a leaf
     is elsewhere: a user's hook on `evaluate` may leave params offloaded (`offload_after`)."""
@@ -99,6 +122,21 @@ class Driver:
         overlap: bool = False,
         actor_device: jax.Device | None = None,
     ):
+        if not isinstance(cfg, Config):
+            raise TypeError(
+                f"Driver: cfg is a {type(cfg).__name__}; give a Config (jre.load_config(...))"
+            )
+        if isinstance(host_hooks, HostHook) or not isinstance(host_hooks, Sequence):
+            raise TypeError(
+                f"host_hooks is a {type(host_hooks).__name__}: give a list of jre.HostHook "
+                "objects (host_hooks=[MyHook()])"
+            )
+        for i, hook in enumerate(host_hooks):
+            if not isinstance(hook, HostHook):
+                raise TypeError(
+                    f"host_hooks[{i}] is a {type(hook).__name__}: a host hook is a jre.HostHook "
+                    "subclass's object"
+                )
         self.cfg, self.host_hooks = cfg, list(host_hooks)
         # Acting and learning overlapped (`run/overlap.py`), the actor on `actor_device` (None:
         # the learner's devices).
@@ -143,6 +181,8 @@ class Driver:
         """
         called = time.perf_counter()
         cfg = self.cfg
+        if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
+            raise TypeError(f"engine.run: run_dir={run_dir!r} is not a path")
         if run_dir is not None:  # the run is named by its directory (its config.yaml says so)
             path = Path(os.path.abspath(run_dir))
             try:
@@ -150,9 +190,10 @@ class Driver:
             except ValueError as e:
                 raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
             cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})
+        _check_describes(cfg, engine)
         compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))
-        total = engine.num_epochs if num_epochs is None else num_epochs
+        total = epochs_asked(num_epochs, first, engine.num_epochs, "engine.run")
         # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
         # In a multi-process run, process 0 writes it; the others read it and join the saves.
         primary = is_primary()

@@ -57,6 +57,30 @@ def end_status(done: int, num_epochs: int) -> str:
     return "completed" if done >= num_epochs else "paused"
 
 
+def epochs_asked(num_epochs: object, first: int, num_total: int, where: str) -> int:
+    """The epoch a call to train to `num_epochs` stops at (None: the config's `num_total`),
+    checked before anything is written: a whole number from the state's epoch `first` up to
+    `num_total` (more would train on a learning rate annealed to its end and report epochs the
+    config does not have)."""
+    if num_epochs is None:
+        return num_total
+    if isinstance(num_epochs, bool) or not isinstance(num_epochs, int | np.integer):
+        raise TypeError(f"{where}: num_epochs={num_epochs!r}: give a whole number of epochs")
+    num_epochs = int(num_epochs)
+    if not 1 <= num_epochs <= num_total:
+        raise ValueError(
+            f"{where}: num_epochs={num_epochs} is not within 1..{num_total}, the config's "
+            "epochs (total_env_steps over the env steps per epoch): raise total_env_steps to "
+            "train longer"
+        )
+    if num_epochs < first:
+        raise ValueError(
+            f"{where}: num_epochs={num_epochs} is before the state's epoch {first}: a state "
+            "trains forward only"
+        )
+    return num_epochs
+
+
 def _pid_in(fd: int) -> int | None:
     text = os.pread(fd, 32, 0).decode(errors="replace").strip()
     return int(text) if text.isdigit() else None

@@ -42,7 +42,7 @@ from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import atomic_write, strict_json
 from jaxrl_engine.run.driver import TrainingInterrupted
-from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status
+from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status, epochs_asked
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 SPEC_FILE = "sweep.json"
@@ -175,6 +175,8 @@ class SweepDriver:
         self.wall_start = time.perf_counter()
         self.compile_s = self.train_s = 0.0
         self.steps_trained = 0
+        for group in self.groups:  # (before the directory is touched)
+            epochs_asked(num_epochs, 0, group.programs.engine.num_epochs, "sweep")
         # The sweep's lock, no symlinks anywhere inside; in a multi-process job process 0
         # writes the directory (the others read it and join the checkpoints and gathers).
         out = RunDir(self.root, self.cfg, writer=self.primary, kind="sweep")
@@ -188,6 +190,8 @@ class SweepDriver:
                 starts = [
                     self._start(g, c, resume) for g, c in zip(self.groups, checkpoints, strict=True)
                 ]
+                for group, (first, _) in zip(self.groups, starts, strict=True):
+                    epochs_asked(num_epochs, first, group.programs.engine.num_epochs, "sweep")
                 if not resume:
                     self._start_over(checkpoints)
                 if self.primary:

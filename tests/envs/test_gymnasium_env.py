@@ -73,6 +73,19 @@ def test_spaces_map_to_the_engine_spec():
     assert pendulum.action.high == (2.0,) and pendulum.obs_dtype == np.float32
 
 
+def test_64_bit_integer_observations_become_int32_when_their_bounds_fit():
+    from gymnasium import spaces
+
+    from jaxrl_engine.envs.gymnasium_env import _space_spec
+
+    counts = spaces.Box(0, 100, (2,), np.int64)
+    shape, dtype, _ = _space_spec("my:Counts-v0", counts, spaces.Discrete(2))
+    assert shape == (2,) and dtype == np.int32  # (JAX runs without 64-bit types)
+    unbounded = spaces.Box(0, 2**40, (2,), np.int64)
+    with pytest.raises(ValueError, match=r"env.id=my:Counts-v0: observation space .* 64-bit"):
+        _space_spec("my:Counts-v0", unbounded, spaces.Discrete(2))
+
+
 @pytest.mark.parametrize(
     "overrides, fragments",
     [

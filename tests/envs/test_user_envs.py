@@ -111,6 +111,26 @@ def test_a_users_env_trains_resumes_and_evaluates_with_its_module_imported(
     assert "exported policy takes [5] float32" in err and "Traceback" not in err
 
 
+def test_async_workers_find_the_users_module_in_the_current_directory(user_module, capsys):
+    """Spawned workers import the env's module again, from a copy of the path the engine had
+    while they started: the directory it found the module in is on it then (and only then)."""
+    module, env = user_module
+    before = list(sys.path)
+    status, out, err = run_cli(
+        capsys,
+        "train",
+        *SMALL,
+        "env.suite=gymnasium",
+        f"env.id={module}:{env}",
+        "env.vectorization=async",
+        "run_dir=runs",
+        "name=corridor_async",
+    )
+    assert status == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    assert sys.path == before
+
+
 BAD_IDS = {
     "no such module": (
         "no_such_module_xyz:MyCorridor-v0",

@@ -67,6 +67,9 @@ def test_eval_without_a_policy_exits_2(tmp_path, capsys):
     )
     with pytest.raises(ExportError, match=r"path=universal.*make_policy"):
         evaluate_run(tmp_path)
+    assert cli.main(["export", str(tmp_path)]) == cli.EXIT_BAD_INPUT  # (not: try --checkpoint)
+    err = capsys.readouterr().err
+    assert "path=universal" in err and "make_policy" in err and "--checkpoint exports" not in err
     # A path that does not exist is named as such, before JAX is imported.
     assert cli.main(["eval", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
     assert "nowhere' does not exist" in capsys.readouterr().err

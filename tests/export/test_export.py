@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -241,6 +242,16 @@ def test_cli_export_from_the_latest_checkpoint(tmp_path, capsys):
     assert (run_dir / "metrics.jsonl").read_text() == metrics  # the run is only read
     if importlib.util.find_spec("torch") is not None:
         assert (run_dir / POLICY_DIR / "torch_policy.pt").is_file()
+
+    # policy/ cannot be written (a file in its place, as a read-only disk would): one message,
+    # exit 74, the checkpoints untouched.
+    shutil.rmtree(run_dir / POLICY_DIR)
+    (run_dir / POLICY_DIR).write_text("not a folder")
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert cli.main(["export", str(run_dir), "--checkpoint"]) == cli.EXIT_OS_ERROR
+    err = capsys.readouterr().err
+    assert "cannot write the exported policy" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
 
 
 FACTORY = "jaxrl_engine.interop.torch_nets:mlp"

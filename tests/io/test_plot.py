@@ -228,3 +228,31 @@ def test_cli_plot_rejects_a_bad_reference_file_naming_it(runs, tmp_path, capsys,
     err = capsys.readouterr().err
     assert message in err and "ref.json" in err
     assert not out.exists()
+
+
+def test_a_run_given_twice_counts_once_and_same_seed_runs_are_not_called_seeds(runs, tmp_path):
+    fig = plot_runs([runs[0], runs[1], runs[0], tmp_path / "." / "a_s1"])
+    (label,) = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert label.endswith("(mean, min-max of 2 seeds)"), label
+    again = fake_run(tmp_path, "a_s0_again", [10, 20, 30], "seed=0")  # another run, same seed
+    fig = plot_runs([runs[0], runs[1], again])
+    (label,) = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert label.endswith("(mean, min-max of 3 runs, 2 seeds)"), label
+
+
+def test_cli_plot_refuses_references_on_another_metric_and_names_an_unwritable_out(
+    runs, tmp_path, capsys
+):
+    ref = write_reference(tmp_path / "ref.json", [{"env_steps": 100, "return": 1.0}])
+    argv = ["plot", str(runs[0]), "--reference", str(ref), "--metric", "train/loss"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert "reference curves are returns" in capsys.readouterr().err
+    assert cli.main(["plot", str(runs[0]), "--reference", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json': no such file" in capsys.readouterr().err
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder is needed")
+    out = blocked / "sub" / "c.png"
+    status = cli.main(["plot", str(runs[0]), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status in (cli.EXIT_BAD_INPUT, cli.EXIT_OS_ERROR) and "Traceback" not in err, err
+    assert str(out.parent) in err or str(out) in err, err

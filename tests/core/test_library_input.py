@@ -1,0 +1,169 @@
+"""Bad input in library calls: each is refused before anything is compiled or written, with an
+error naming the argument (or the phase, the metric, the field) at fault."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine.export.policy import ExportError
+from tests.conftest import SMALL
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("library_input")
+    cfg = jre.load_config(None, [*SMALL, f"run_dir={root}", "name=r"])
+    engine = jre.build(cfg)
+    return cfg, engine, engine.init(jax.random.key(0)), root
+
+
+def test_with_hparams_refuses_a_value_of_another_shape_than_the_states(built):
+    _, engine, state, _ = built
+    wide = engine.hparams.replace(gamma=jnp.full((4,), 0.9))  # would broadcast over 4 envs
+    with pytest.raises(ValueError, match=r"with_hparams: hparams\.gamma has shape \(4,\), the "):
+        engine.with_hparams(state, wide)
+    same = engine.with_hparams(state, engine.hparams.replace(gamma=0.5))
+    assert float(same.hparams.gamma) == 0.5
+
+
+@pytest.mark.parametrize(
+    "num_epochs, error, match",
+    [
+        (5, ValueError, r"num_epochs=5 is not within 1\.\.4"),
+        (0, ValueError, r"num_epochs=0 is not within"),
+        (-3, ValueError, r"num_epochs=-3 is not within"),
+        ("5", TypeError, r"num_epochs='5': give a whole number"),
+        (2.0, TypeError, r"num_epochs=2\.0"),
+        (True, TypeError, r"num_epochs=True"),
+    ],
+)
+def test_run_refuses_num_epochs_outside_the_configs_epochs(built, num_epochs, error, match):
+    _, engine, state, root = built
+    assert engine.num_epochs == 4
+    with pytest.raises(error, match=match):
+        engine.run(state, num_epochs=num_epochs)
+    assert not (root / "r").exists()  # refused before the run directory was made
+
+
+def test_run_refuses_num_epochs_before_the_states_epoch_and_a_run_dir_not_a_path(built):
+    _, engine, state, root = built
+    later = state.replace(counters=state.counters.replace(epoch=jnp.int32(3)))
+    with pytest.raises(ValueError, match=r"num_epochs=2 is before the state's epoch 3"):
+        engine.run(later, num_epochs=2)
+    with pytest.raises(TypeError, match=r"run_dir=5 is not a path"):
+        engine.run(state, run_dir=5)
+    assert not (root / "r").exists()
+
+
+def test_a_sweep_refuses_num_epochs_before_its_directory_is_made(built):
+    cfg, _, _, root = built
+    with pytest.raises(ValueError, match=r"sweep: num_epochs=99 is not within 1\.\.4"):
+        jre.sweep(cfg.model_copy(update={"name": "sw"}), seeds=[0, 1], num_epochs=99)
+    assert not (root / "sw").exists()
+
+
+def test_a_non_scalar_metric_is_refused_when_traced_naming_the_phase_and_key(built):
+    cfg, engine, state, _ = built
+
+    def per_layer(phase):
+        def hooked(s):
+            s, metrics = phase(s)
+            return s, {**metrics, "train/per_layer": jnp.arange(3.0)}
+
+        return hooked
+
+    hooked = jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [per_layer]})
+    with pytest.raises(ValueError, match=r"phase 'train': metric 'train/per_layer' has shape"):
+        jax.eval_shape(hooked.pure_epoch, state)
+
+
+def test_a_replaced_phase_that_changes_the_states_shapes_is_named(built):
+    cfg, engine, state, _ = built
+
+    def sync_weights(s):  # doubles every acting param
+        doubled = jax.tree.map(lambda x: jnp.concatenate([x, x]) if x.ndim else x, s.eval_params)
+        return s.replace(eval_params=doubled), {}
+
+    bad = jre.build(
+        cfg, env=engine.env, algorithm=engine.algo, phases={"sync_weights": sync_weights}
+    )
+    with pytest.raises(ValueError, match=r"phase 'sync_weights' returned state\.eval_params"):
+        jax.eval_shape(bad.pure_epoch, state)
+    with pytest.raises(ValueError, match=r"phase 'sync_weights' returned"):
+        bad.warm_up(state, phases=["epochs"])  # (named, not 'epochs failed to compile')
+
+
+def test_a_policy_names_the_observation_shape_it_takes(built):
+    _, engine, state, _ = built
+    policy = jre.make_policy((engine, state))
+    with pytest.raises(ValueError, match=r"obs has shape \[4\], this policy takes \[batch, 4\] "):
+        policy(jnp.zeros((4,)))
+    with pytest.raises(
+        ValueError, match=r"obs has shape \[1, 5\], this policy takes \[batch, 4\]$"
+    ):
+        policy(jnp.zeros((1, 5)))
+    assert np.asarray(policy([[0.0, 0.0, 0.0, 0.0]])).shape == (1,)  # a list is an array
+    assert np.asarray(jax.jit(policy)(jnp.zeros((3, 4)))).shape == (3,)
+
+
+def test_arguments_of_the_wrong_kind_are_named(built):
+    cfg, engine, state, _ = built
+    with pytest.raises(TypeError, match=r"build: cfg is a dict; give a Config: jre.load_config"):
+        jre.build({"name": "x"})
+    with pytest.raises(TypeError, match=r"build: cfg is a str"):
+        jre.build("configs/ppo_cartpole.yaml")
+    some = {"env": engine.env, "algorithm": engine.algo}
+    with pytest.raises(TypeError, match=r"hooks\['train'\] is a function: give a list"):
+        jre.build(cfg, **some, hooks={"train": lambda phase: phase})
+    with pytest.raises(TypeError, match=r"hooks\['train'\]\[0\] is 3: a hook is a function"):
+        jre.build(cfg, **some, hooks={"train": [3]})
+    with pytest.raises(TypeError, match=r"host_hooks\[0\] is a object: a host hook is"):
+        jre.build(cfg, **some, host_hooks=[object()])
+    with pytest.raises(TypeError, match=r"host_hooks is a HostHook: give a list"):
+        jre.build(cfg, **some, host_hooks=jre.HostHook())
+    with pytest.raises(jre.ConfigError, match=r"grid key 'algo.lr': 0.001 is not a list"):
+        jre.sweep(cfg, seeds=[0], grid={"algo.lr": 1e-3})
+    with pytest.raises(TypeError, match=r"engine.epochs\(state, n\): n=1.5 is not a whole"):
+        engine.epochs(state, 1.5)
+    with pytest.raises(ValueError, match=r"n=-1 epochs; give 0 or more"):
+        engine.epochs(state, -1)
+    with pytest.raises(TypeError, match=r"make_policy: source is an \(engine, state\) pair"):
+        jre.make_policy((1, 2))
+    with pytest.raises(TypeError, match=r"engine.init: key is int \(\); give a PRNG key"):
+        engine.init(0)
+    assert engine.init(jax.random.PRNGKey(0)).counters.epoch == 0  # a raw key is a key
+
+
+def test_a_hand_built_engine_and_a_config_that_does_not_describe_it_are_refused(built, tmp_path):
+    cfg, engine, _, _ = built
+    other = jre.Engine(
+        engine.env,
+        engine.algo,
+        num_envs=8,  # the config says 4
+        num_steps=16,
+        num_epochs=4,
+        eval_interval=2,
+        driver=jre.Driver(cfg),
+    )
+    with pytest.raises(jre.ConfigError, match=r"env.num_envs: 4 in the config, 8 in the engine"):
+        other.run(other.init(jax.random.key(0)), run_dir=tmp_path / "hand")
+    assert not (tmp_path / "hand").exists()
+
+
+def test_resume_and_make_policy_of_a_sweeps_directory_name_the_sweep(tmp_path):
+    sweep = tmp_path / "sw"
+    (sweep / "seed0").mkdir(parents=True)
+    (sweep / "seed0" / "metrics.jsonl").write_text("")
+    (sweep / "checkpoints" / "group0").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"members": ["seed0"]}))
+    (sweep / "sweep.csv").write_text("member,seed\nseed0,0\n")
+    with pytest.raises(jre.CheckpointError, match=r"it is a sweep's directory.*resume_sweep"):
+        jre.resume(sweep)
+    with pytest.raises(ExportError, match=rf"sweep's directory: make_policy takes .* e.g. {sweep}"):
+        jre.make_policy(sweep)
