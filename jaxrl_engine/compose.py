@@ -363,6 +363,12 @@ def resume(
             )
     checkpoints = Checkpointer(path / "checkpoints", read_only=True)
     try:
+        if not checkpoints.epochs():
+            raise CheckpointError(
+                f"cannot resume {str(path)!r}: it stopped before its first checkpoint (every "
+                "save_interval epochs), so there is no state to continue; train it again from "
+                "the start (the same command without --resume)"
+            )
         info = checkpoints.info(epoch)
         stored = {**info.config, "name": path.name, "run_dir": str(path.parent)}
         cfg = config_from_run(

@@ -167,3 +167,9 @@ def test_resume_and_make_policy_of_a_sweeps_directory_name_the_sweep(tmp_path):
         jre.resume(sweep)
     with pytest.raises(ExportError, match=rf"sweep's directory: make_policy takes .* e.g. {sweep}"):
         jre.make_policy(sweep)
+
+
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_to_start_it_again(tmp_path):
+    (tmp_path / "k" / "checkpoints").mkdir(parents=True)  # killed before its first save
+    with pytest.raises(jre.CheckpointError, match=r"stopped before its first checkpoint.*again"):
+        jre.resume(tmp_path / "k")
