@@ -91,6 +91,8 @@ def stop_on_signals(checkpoints: bool = True) -> Iterator[StopSignal]:
     try:
         yield stop
     finally:
+        global _training_ended
+        _training_ended = True
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         signal.set_wakeup_fd(previous_fd)
@@ -100,15 +102,22 @@ def stop_on_signals(checkpoints: bool = True) -> Iterator[StopSignal]:
 
 
 _pending: list[str] = []  # signals received before training (with `stop_before_training`)
+# Set when a training's handler (`stop_on_signals`) gives the CLI's back: a signal then comes
+# while the process closes, not before training.
+_training_ended = False
 
 
 def _record_early(signum: int, frame: Any) -> None:
     if _pending:
         os._exit(128 + signum)
     _pending.append(signal.Signals(signum).name)
+    when = (
+        "the run has ended and is closing (its checkpoint and summary are written)"
+        if _training_ended
+        else "stopping before training starts (after the current step: imports or compilation)"
+    )
     print(
-        f"\njaxrl-engine: {_pending[0]}: stopping before training starts (after the current "
-        "step: imports or compilation); send it again to exit at once",
+        f"\njaxrl-engine: {_pending[0]}: {when}; send it again to exit at once",
         file=sys.stderr,
         flush=True,
     )
@@ -118,6 +127,8 @@ def stop_before_training() -> None:
     """Install the CLI's handler for the time before training: a signal is recorded, never
     raised at a random bytecode (a `KeyboardInterrupt` raised inside a garbage-collector
     callback is swallowed), and `raise_if_stopped` ends the start-up at the next safe point."""
+    global _training_ended
+    _training_ended = False
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _record_early)

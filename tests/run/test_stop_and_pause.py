@@ -252,3 +252,24 @@ def test_an_interrupted_sweeps_table_counts_the_returns_reached(tmp_path, monkey
     (setting,) = e.value.summary["settings"]
     assert setting["seeds"] == 2 and setting["mean"] is not None
     assert set(statuses(tmp_path / "i").values()) == {"interrupted"}
+
+
+def test_a_signal_after_training_ended_says_the_run_is_closing_not_starting(capsys, monkeypatch):
+    from jaxrl_engine.run import signals
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(signals, "_pending", [])
+    try:
+        signals.stop_before_training()  # the CLI's start-up handler
+        signals._record_early(signal.SIGINT, None)
+        assert "SIGINT: stopping before training starts" in capsys.readouterr().err
+        signals._pending.clear()
+        with signals.stop_on_signals():
+            pass  # a training ran and gave the CLI's handler back
+        signals._record_early(signal.SIGINT, None)  # (as the handler would, while it closes)
+        err = capsys.readouterr().err
+        assert "SIGINT: the run has ended and is closing" in err and "before training" not in err
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        signals._training_ended = False
