@@ -82,6 +82,28 @@ def _bad_input() -> tuple[type[Exception], ...]:
     return tuple(getattr(sys.modules[m], name) for m, name in _BAD_INPUT if m in sys.modules)
 
 
+_LOST = (
+    "a collective with the job's other processes failed ({error}): another process ended or "
+    "lost its connection (its own message says why); {kept}"
+)
+
+
+def _lost_a_process(e: BaseException) -> bool:
+    """`e` is XLA's error for a collective whose peer is gone, in a multi-process job (one
+    message instead of the traceback of the epoch that waited for it)."""
+    jax = sys.modules.get("jax")
+    if jax is None or not isinstance(e, jax.errors.JaxRuntimeError):
+        return False
+    try:
+        return bool(jax.process_count() > 1)
+    except RuntimeError:  # (the distributed client is already gone)
+        return True
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def _latest_in(directory: Path) -> Path | None:
     """The newest committed checkpoint in a checkpoints directory (from the names only)."""
     if not directory.is_dir():
@@ -262,6 +284,16 @@ def _train(args: argparse.Namespace) -> int:
     except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
         # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
         return _fail(str(e), EXIT_BAD_INPUT)
+    except RuntimeError as e:
+        if not _lost_a_process(e):
+            raise
+        checkpoint = _latest_checkpoint(run)
+        kept = (
+            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} with every process"
+            if checkpoint is not None
+            else "no checkpoint was written"
+        )
+        return _fail(_LOST.format(error=_first_line(e), kept=kept), EXIT_OS_ERROR)
     if isinstance(engine.driver, Driver) and engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
     summary.pop("records")
@@ -331,6 +363,11 @@ def _sweep(args: argparse.Namespace) -> int:
         )
     except _bad_input() as e:
         return _fail(str(e), EXIT_BAD_INPUT)
+    except RuntimeError as e:
+        if not _lost_a_process(e):
+            raise
+        kept = f"the checkpoints written so far are kept (jaxrl-engine sweep --resume {run})"
+        return _fail(_LOST.format(error=_first_line(e), kept=kept), EXIT_OS_ERROR)
     print(summary.pop("table"))
     _print_json(summary)
     if summary["members"] and len(summary["non_finite"]) == summary["members"]:
