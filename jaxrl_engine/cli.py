@@ -100,6 +100,14 @@ def _lost_a_process(e: BaseException) -> bool:
         return True
 
 
+def _kept(run: Path | None, when: str) -> str:
+    """What a failed run leaves: its last good checkpoint and how to continue (`when`)."""
+    checkpoint = _latest_checkpoint(run)
+    if checkpoint is None:
+        return "no checkpoint was written"
+    return f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} {when}"
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
@@ -274,25 +282,16 @@ def _train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise  # (first: the clauses below import modules; Ctrl-C may come mid-import)
     except OSError as e:
-        checkpoint = _latest_checkpoint(run)
-        kept = (
-            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} once the cause is fixed"
-            if checkpoint is not None
-            else "no checkpoint was written"
+        return _fail(
+            f"stopped by an OS error: {e}; {_kept(run, 'once the cause is fixed')}", EXIT_OS_ERROR
         )
-        return _fail(f"stopped by an OS error: {e}; {kept}", EXIT_OS_ERROR)
     except _bad_input() as e:  # evaluated only when something is raised: imports stay lazy
         # Raised by load_config/build/resume/warm_up and the run-directory checks, before training.
         return _fail(str(e), EXIT_BAD_INPUT)
     except RuntimeError as e:
         if not _lost_a_process(e):
             raise
-        checkpoint = _latest_checkpoint(run)
-        kept = (
-            f"the last good checkpoint is {checkpoint}; {_resume_hint(run)} with every process"
-            if checkpoint is not None
-            else "no checkpoint was written"
-        )
+        kept = _kept(run, "with every process")
         return _fail(_LOST.format(error=_first_line(e), kept=kept), EXIT_OS_ERROR)
     if isinstance(engine.driver, Driver) and engine.driver.cfg.profile:
         print(engine.timing_summary(echo=False))
