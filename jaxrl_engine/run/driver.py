@@ -89,8 +89,11 @@ def _check_describes(cfg: Config, engine: Engine) -> None:
         ("total_env_steps (epochs)", math.ceil(cfg.total_env_steps / per_epoch), engine.num_epochs),
         ("eval.interval", cfg.eval.interval, engine.eval_interval),
     ]
-    wrong = [f"{key}: {mine!r} in the config, {its!r} in the engine" for key, mine, its in pairs]
-    wrong = [w for w, (_, mine, its) in zip(wrong, pairs, strict=True) if mine != its]
+    wrong = [
+        f"{key}: {mine!r} in the config, {its!r} in the engine"
+        for key, mine, its in pairs
+        if mine != its
+    ]
     if wrong:
         raise ConfigError(
             "the driver's config does not describe this engine (" + "; ".join(wrong) + "): the "
