@@ -58,6 +58,20 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _join(settings: Any) -> None:
+    """Join the multi-process job `settings` (a config's `distributed` block) describes, if
+    any. In a job, Gloo's C++ prints its connection lines ("[Gloo] Rank 0 is connected to ...")
+    to the process's stdout, whose last line must be the summary: from here on the process's
+    native writes to stdout go to stderr, and Python's `print` keeps the real stdout."""
+    from jaxrl_engine.distributed.multihost import join
+
+    if join(settings) and sys.stdout is sys.__stdout__:
+        sys.stdout.flush()
+        real = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = os.fdopen(real, "w", buffering=1, encoding="utf-8")
+
+
 def _print_json(summary: dict[str, Any]) -> None:
     from jaxrl_engine.io.files import strict_json
 
@@ -212,12 +226,11 @@ def _train(args: argparse.Namespace) -> int:
         except RunDirError as e:
             return _fail(f"cannot resume: {e}", EXIT_BAD_INPUT)
     try:
-        from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_config, load_distributed
 
         # A process of a multi-process job joins it before anything starts JAX (validating
         # the config does); a resumed run takes its `distributed.*` from the command line.
-        join(load_distributed(config, overrides))
+        _join(load_distributed(config, overrides))
         if args.resume is not None:
             from jaxrl_engine.compose import resume
 
@@ -321,10 +334,9 @@ def _sweep(args: argparse.Namespace) -> int:
         except RunDirError as e:
             return _fail(f"cannot resume: {e}", EXIT_BAD_INPUT)
     try:
-        from jaxrl_engine.distributed.multihost import join
         from jaxrl_engine.io.config import load_distributed
 
-        join(load_distributed(config, job))  # before anything starts JAX
+        _join(load_distributed(config, job))  # before anything starts JAX
         if args.resume is not None:
             from jaxrl_engine.compose import resume_sweep
 

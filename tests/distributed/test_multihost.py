@@ -109,8 +109,11 @@ def test_two_processes_train_the_params_of_one_process_with_as_many_devices(runs
     theirs = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
     for mine, other in zip(records, theirs, strict=True):
         assert mine["train/loss"] == pytest.approx(other["train/loss"], rel=1e-4, abs=1e-6)
-    summary = json.loads((runs / "launch_stdout.txt").read_text().strip().splitlines()[-1])
+    # stdout is the summary alone: Gloo's C++ connection line goes to stderr.
+    (line,) = (runs / "launch_stdout.txt").read_text().strip().splitlines()
+    summary = json.loads(line)
     assert summary["status"] == "completed" and summary["epochs"] == 16
+    assert "[Gloo]" in stderr
     written = json.loads((two / "summary.json").read_text())
     assert written["final_eval_return"] == summary["final_eval_return"]
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["epoch_16", "epoch_8"]
