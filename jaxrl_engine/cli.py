@@ -65,8 +65,9 @@ def _join(settings: Any) -> None:
     native writes to stdout go to stderr, and Python's `print` keeps the real stdout."""
     from jaxrl_engine.distributed.multihost import join
 
-    if join(settings) and sys.stdout is sys.__stdout__:
-        sys.stdout.flush()
+    out = sys.stdout
+    if join(settings) and out is not None and out is sys.__stdout__:
+        out.flush()
         real = os.dup(1)
         os.dup2(2, 1)
         sys.stdout = os.fdopen(real, "w", buffering=1, encoding="utf-8")
