@@ -66,7 +66,7 @@ def _join(settings: Any) -> None:
     from jaxrl_engine.distributed.multihost import join
 
     out = sys.stdout
-    if join(settings) and out is not None and out is sys.__stdout__:
+    if join(settings) and out is sys.__stdout__ and out is not None:
         out.flush()
         real = os.dup(1)
         os.dup2(2, 1)
