@@ -215,6 +215,7 @@ class Checkpointer:
             # Left by a writer that died before its commit: never loadable, safe to remove.
             for stale in self.directory.glob(f"*{TMP_SUFFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
+            self._remove_pruned_leftovers()
         return ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -227,6 +228,26 @@ class Checkpointer:
                 create=not self._read_only,
             ),
         )
+
+    def _remove_pruned_leftovers(self) -> None:
+        """Remove what is left of old checkpoints that were being deleted (`keep`) when their
+        writer died: part of their files, no orbax commit metadata (orbax then warns about each
+        on every listing, and counts them against `keep`). Only those older than the `keep`
+        newest complete checkpoints, which orbax would have deleted anyway; with `keep` None
+        nothing is ever deleted, so nothing is removed."""
+        if self._keep is None or not self.directory.is_dir():
+            return
+        found = {}
+        for path in self.directory.glob(f"{STEP_PREFIX}_*"):
+            number = path.name[len(STEP_PREFIX) + 1 :]
+            if number.isdigit() and path.is_dir() and not path.is_symlink():
+                found[int(number)] = path
+        complete = sorted(e for e, path in found.items() if _complete(path))
+        if len(complete) < self._keep:
+            return
+        for epoch, path in found.items():
+            if epoch < complete[-self._keep] and not _complete(path):
+                shutil.rmtree(path, ignore_errors=True)
 
     def path_of(self, epoch: int) -> Path:
         return self.directory / f"{STEP_PREFIX}_{epoch}"
@@ -575,6 +596,11 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for a save in flight to commit, then release orbax's resources."""
         self._manager.close()
+
+
+def _complete(path: Path) -> bool:
+    """A checkpoint directory holds its two items and orbax's commit metadata."""
+    return all((path / name).exists() for name in ("_CHECKPOINT_METADATA", "meta", "state"))
 
 
 def _held_whole(array: jax.Array) -> bool:

@@ -125,6 +125,33 @@ def test_an_unfinished_write_is_not_a_checkpoint_and_is_cleared_by_the_next_writ
     assert not stale.exists()
 
 
+def test_an_old_checkpoint_left_half_deleted_is_cleared_by_the_next_writer(engine, tmp_path, capfd):
+    """A writer killed while deleting its oldest checkpoint (keep) leaves part of it: the next
+    writer removes it; a reader, or a writer that keeps every checkpoint, leaves it."""
+    checkpoints = Checkpointer(tmp_path, keep=2)
+    state = engine.init(jax.random.key(0))
+    for _ in range(3):
+        state, _ = engine.epoch(state)
+        save(checkpoints, engine, state)
+    half = tmp_path / "epoch_1"  # as deleting it left it: its state item only
+    shutil.copytree(tmp_path / "epoch_2" / "state", half / "state")
+    Checkpointer(tmp_path, read_only=True).epochs()
+    Checkpointer(tmp_path, keep=None)
+    assert half.exists()
+    reopened = Checkpointer(tmp_path, keep=2)
+    assert not half.exists()
+    capfd.readouterr()
+    assert reopened.epochs() == [2, 3]
+    state, _ = engine.epoch(state)
+    save(reopened, engine, state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_3", "epoch_4"]
+    assert "Metadata file does not exist" not in capfd.readouterr().err
+    # The newest checkpoints are never removed for a missing file.
+    (tmp_path / "epoch_3" / "_CHECKPOINT_METADATA").unlink()
+    Checkpointer(tmp_path, keep=2)
+    assert (tmp_path / "epoch_3").exists()
+
+
 def flip_byte(path: Path, where: float) -> None:
     raw = bytearray(path.read_bytes())
     raw[int(len(raw) * where)] ^= 0xFF
