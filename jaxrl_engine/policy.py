@@ -8,6 +8,7 @@ there is none or `checkpoint=True`, the acting params of the latest checkpoint.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from jaxrl_engine.export.policy import (
     load_params,
 )
 from jaxrl_engine.io.checkpoint import Checkpointer
-from jaxrl_engine.io.config import read_config
+from jaxrl_engine.io.config import ALGO_NAMES, read_config
 from jaxrl_engine.io.files import check_no_symlinks
 from jaxrl_engine.io.plot import not_a_sweep
 from jaxrl_engine.run.run_dir import RunLock
@@ -73,6 +74,16 @@ def _names_user_code(run: Path) -> bool:
     except (OSError, ValueError):
         return False  # (`_engine_for_run` says what is wrong with the run directory)
     return factory is not None and needs_naming(factory)
+
+
+def _users_algorithm(run: Path) -> str | None:
+    """The name of the algorithm the run's policy was exported from, when it is one given to
+    `jre.build(algorithm=...)` (no config names it, so its config.yaml rebuilds another)."""
+    try:
+        name = json.loads((run / POLICY_DIR / "meta.json").read_text()).get("algorithm")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name not in ALGO_NAMES else None
 
 
 def _exported_policy(directory: Path) -> Callable[..., jax.Array]:
@@ -152,8 +163,17 @@ def make_policy(
         if problem:
             raise ExportError(problem)
         exported = not checkpoint and (run / POLICY_DIR / "act.jaxexport").is_file()
-        if exported and deterministic and factory is None and _names_user_code(run):
+        yours = _users_algorithm(run)
+        if exported and deterministic and (yours or (factory is None and _names_user_code(run))):
             return _exported_policy(run / POLICY_DIR)
+        if yours:
+            raise ExportError(
+                f"{run} was trained with the algorithm {yours!r} given to "
+                "jre.build(algorithm=...), which its config.yaml cannot name: its deterministic "
+                "policy is the exported graph (make_policy(run)); for sampled actions or its "
+                "checkpoint, engine, state = jre.resume(run, algorithm=...) and "
+                "make_policy((engine, state))"
+            )
         if checkpoint or not (run / POLICY_DIR / "params.npz").is_file():
             engine, state = _checkpoint_params(run, factory)
             params = state.eval_params

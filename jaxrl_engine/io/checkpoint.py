@@ -53,7 +53,7 @@ import jax
 import numpy as np
 
 from jaxrl_engine.core.sharding import is_primary, sync_processes, to_host
-from jaxrl_engine.io.config import config_changes
+from jaxrl_engine.io.config import ALGO_NAMES, config_changes
 
 if TYPE_CHECKING:
     from jaxrl_engine.core.state import EngineState
@@ -95,6 +95,7 @@ class CheckpointInfo:
     metrics_lines: list[str]  # `metrics.jsonl` as it was when the checkpoint was written
     num_epochs: int  # the run's total epochs when it was written
     leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 or sum64 per leaf
+    algorithm: str | None = None  # the engine's algorithm name (None: written before it was)
 
 
 def _crc32(array: np.ndarray) -> int:
@@ -271,6 +272,7 @@ class Checkpointer:
         metrics_lines: list[str],
         num_epochs: int,
         epoch: int | None = None,
+        algorithm: str | None = None,
     ) -> Path:
         """Write `state` as the checkpoint of its `counters.epoch` (or of `epoch`: a sweep's
         batched state holds one counter per member); returns its directory.
@@ -300,6 +302,8 @@ class Checkpointer:
             "leaves": leaves,
             "versions": {"jax": jax.__version__},
         }
+        if algorithm is not None:  # the engine's, which a user's algorithm may not share
+            meta["algorithm"] = algorithm  # with the config's algo.name
         try:
             meta = json.loads(_canonical(meta))  # what restore reads back: lists, str keys
         except ValueError as e:
@@ -448,6 +452,8 @@ class Checkpointer:
             "leaves": list,
         }
         wrong = {k for k, kind in kinds.items() if type(meta[k]) is not kind}
+        if not isinstance(meta.get("algorithm", ""), str):
+            wrong.add("algorithm")
         for key, kind in (("metrics_lines", str), ("leaves", dict)):
             if key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
                 wrong.add(key)
@@ -463,6 +469,7 @@ class Checkpointer:
             metrics_lines=list(meta["metrics_lines"]),
             num_epochs=meta["num_epochs"],
             leaves=meta["leaves"],
+            algorithm=meta.get("algorithm"),
         )
 
     def _resolve(self, epoch: int | None) -> int:
@@ -486,6 +493,11 @@ class Checkpointer:
         differences from the checkpoint's are named in the message."""
         if config is None and hasattr(getattr(engine, "driver", None), "cfg"):
             config = engine.driver.cfg.model_dump(mode="json")  # type: ignore[attr-defined]
+        problem = other_algorithm(
+            info.algorithm, getattr(getattr(engine, "algo", None), "name", None)
+        )
+        if problem:
+            raise CheckpointError(f"checkpoint {str(info.path)!r} {problem}")
         expected = layout(engine.state_shape)
         stored = info.leaves
         problems = []
@@ -596,6 +608,25 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for a save in flight to commit, then release orbax's resources."""
         self._manager.close()
+
+
+def other_algorithm(trained: str | None, this: str | None) -> str | None:
+    """Why an engine whose algorithm is named `this` cannot take what an algorithm named
+    `trained` wrote (None: it can, or a name is not known)."""
+    if trained is None or this is None or trained == this:
+        return None
+    yours = trained not in ALGO_NAMES
+    return (
+        f"was written by the algorithm {trained!r}"
+        + (" (one given to jre.build(algorithm=...), not a config's)" if yours else "")
+        + f", and this engine's is {this!r}"
+        + (
+            ": build it with the same algorithm, e.g. jre.resume(run, algorithm=...) (then "
+            "jre.make_policy((engine, state)))"
+            if yours
+            else ""
+        )
+    )
 
 
 def _complete(path: Path) -> bool:

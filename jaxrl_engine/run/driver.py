@@ -32,7 +32,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
-from jaxrl_engine.io.config import Config, ConfigError, folder_name
+from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, end_status, epochs_asked, write_failing_batch
@@ -82,13 +82,17 @@ def _check_describes(cfg: Config, engine: Engine) -> None:
     driver=Driver(cfg))`): the run directory's config.yaml is what `resume` and `make_policy`
     rebuild the engine from, so a run whose sizes differ from it is refused before it starts."""
     per_epoch = cfg.algo.num_steps * cfg.env.num_envs
-    pairs = [
+    pairs: list[tuple[str, Any, Any]] = [
         ("env.num_envs", cfg.env.num_envs, engine.num_envs),
         ("algo.num_steps", cfg.algo.num_steps, engine.num_steps),
-        ("algo.name", cfg.algo.name, engine.algo.name),
         ("total_env_steps (epochs)", math.ceil(cfg.total_env_steps / per_epoch), engine.num_epochs),
         ("eval.interval", cfg.eval.interval, engine.eval_interval),
     ]
+    # An algorithm of the user's (`jre.build(cfg, algorithm=...)`) named as no config can be
+    # is not compared: the checkpoints and the exported policy record its name, and `resume` /
+    # `make_policy` of the run ask for it.
+    if engine.algo.name in ALGO_NAMES:
+        pairs.append(("algo.name", cfg.algo.name, engine.algo.name))
     wrong = [
         f"{key}: {mine!r} in the config, {its!r} in the engine"
         for key, mine, its in pairs

@@ -236,6 +236,7 @@ class Checkpointing(HostHook):
             config=run.cfg.model_dump(mode="json"),
             metrics_lines=run.metrics_lines,
             num_epochs=run.engine.num_epochs,
+            algorithm=run.engine.algo.name,
         )
         run.checkpoint_epoch = run.done
 

@@ -173,3 +173,25 @@ def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_to_start_it_ag
     (tmp_path / "k" / "checkpoints").mkdir(parents=True)  # killed before its first save
     with pytest.raises(jre.CheckpointError, match=r"stopped before its first checkpoint.*again"):
         jre.resume(tmp_path / "k")
+
+
+def test_an_algorithm_of_the_users_own_name_trains_and_its_run_asks_for_it_back(built, tmp_path):
+    """`jre.build(cfg, algorithm=...)` with an algorithm no config can name trains through
+    `engine.run`; its checkpoints and exported policy record the name, so `resume` and
+    `make_policy` of the run ask for the algorithm instead of rebuilding the config's."""
+    cfg, engine, _, _ = built
+    mine = engine.algo._replace(name="my_ppo")
+    cfg = cfg.model_copy(update={"run_dir": str(tmp_path), "name": "mine"})
+    own = jre.build(cfg, env=engine.env, algorithm=mine)
+    state, summary = own.run(own.init(jax.random.key(0)))
+    assert summary["status"] == "completed"
+    run = tmp_path / "mine"
+    with pytest.raises(jre.CheckpointError, match=r"algorithm 'my_ppo' \(one given to jre.build"):
+        jre.resume(run)
+    again, restored = jre.resume(run, env=engine.env, algorithm=mine)
+    assert int(restored.counters.epoch) == int(state.counters.epoch)
+    obs = jnp.zeros((3, *engine.spec.obs_shape))
+    exported = jre.make_policy(run)  # the exported graph: nothing rebuilt from config.yaml
+    np.testing.assert_array_equal(exported(obs), jre.make_policy((again, restored))(obs))
+    with pytest.raises(ExportError, match=r"algorithm 'my_ppo' given to jre.build"):
+        jre.make_policy(run, deterministic=False)
