@@ -26,6 +26,7 @@ from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
 from jaxrl_engine.core.sharding import data_mesh
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train as make_engine_train
+from jaxrl_engine.core.warm_up import check_env_methods
 from jaxrl_engine.distributed.mesh import sweep_mesh, train_mesh
 from jaxrl_engine.distributed.sweep import SweepPrograms, plan_sweep
 from jaxrl_engine.envs import make_jax_env
@@ -169,6 +170,7 @@ def build(
                 )
             )
     if algorithm is None:
+        check_env_methods(env, params=True)
         try:
             algorithm = make_algorithm(cfg, env.spec(env.params))
         except ValueError as e:  # the algorithm does not fit the env (e.g. DQN on Pendulum)

@@ -44,7 +44,12 @@ from jaxrl_engine.core.state import (
     strong_types,
 )
 from jaxrl_engine.core.timing import Timer, timed
-from jaxrl_engine.core.warm_up import check_shapes, compile_phase
+from jaxrl_engine.core.warm_up import (
+    check_env,
+    check_env_methods,
+    check_shapes,
+    compile_phase,
+)
 
 # The driver runs the epochs between two evaluations (or checkpoints) as one compiled call, as
 # Brax's training loop does; at most this many, so progress and Ctrl-C stay responsive.
@@ -220,10 +225,12 @@ class Engine:
         nan_guard: bool = True,
         driver: Driver | None = None,
     ):
+        check_env_methods(env, params=env_params is None)
         self.env, self.algo = env, algorithm
         self.env_params = env.params if env_params is None else env_params
         self.eval_env_params = self.env_params if eval_env_params is None else eval_env_params
         self.spec = env.spec(self.env_params)
+        check_env(env, self.env_params, self.spec, num_envs)
         self.num_envs, self.num_steps, self.num_epochs = num_envs, num_steps, num_epochs
         self.steps_per_epoch = num_steps * num_envs
         self.eval_envs, self.eval_interval = eval_envs, eval_interval

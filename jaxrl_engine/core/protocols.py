@@ -31,6 +31,9 @@ class ActionSpec:
     low: float | tuple[float, ...] | None = None
     high: float | tuple[float, ...] | None = None
 
+    def __post_init__(self) -> None:  # a list given for the shape is taken as a tuple
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
     @property
     def discrete(self) -> bool:
         return self.num_actions is not None
@@ -56,6 +59,9 @@ class EnvSpec:
     # Axis order of image (rank-3) observations: "hwc" (gymnax, gymnasium) or "chw" (EnvPool);
     # None: not declared, read as "hwc".
     obs_layout: str | None = None
+
+    def __post_init__(self) -> None:  # a list given for the shape is taken as a tuple
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
 
 
 class Env(Protocol):

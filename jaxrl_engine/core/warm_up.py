@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 from jaxrl_engine.core.state import EngineState
@@ -69,3 +70,104 @@ def check_shapes(state: EngineState, spec: EnvSpec, algorithm: Algorithm) -> Non
             f"phase 'rollout': the policy returns actions of shape {tuple(action.shape)} "
             f"but the env takes {want} (num_envs, *action_shape)"
         )
+
+
+def check_env_methods(env: Any, params: bool = False) -> None:
+    """`env` has the `Env` protocol's methods (and `params` when asked), or
+    `ShapeMismatchError` naming what it lacks."""
+    for method in ("reset", "step", "spec"):
+        if not callable(getattr(env, method, None)):
+            raise ShapeMismatchError(
+                f"env {type(env).__name__} has no {method}() method (an env has reset, step "
+                "and spec, and params: jaxrl_engine.core.protocols.Env)"
+            )
+    if params and not hasattr(env, "params"):
+        raise ShapeMismatchError(
+            f"env {type(env).__name__} has no params attribute (its default parameters, "
+            "which reset, step and spec take; jaxrl_engine.core.protocols.Env)"
+        )
+
+
+def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
+    """`env` keeps the `Env` protocol (`core/protocols.py`) for `spec`, or `ShapeMismatchError`
+    naming the env, the method and the output: `reset` and `step` traced once for `n` envs
+    (nothing runs), before the engine traces its phases (whose errors would name a scan
+    carry or a layer instead)."""
+    from jaxrl_engine.core.phases import env_keys, reset_batch, step_batch
+
+    check_env_methods(env)
+    name = f"env {type(env).__name__} ({spec.env_id})"
+    want = jax.ShapeDtypeStruct((n, *spec.obs_shape), spec.obs_dtype)
+
+    def traced(method: str, fn: Any, *args: Any) -> Any:
+        try:
+            return jax.eval_shape(fn, *args)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise ShapeMismatchError(
+                f"{name}: {method} fails when traced for {n} envs: {type(e).__name__}: {first}"
+            ) from e
+
+    def check_obs(where: str, obs: Any) -> None:
+        got = getattr(obs, "shape", None), getattr(obs, "dtype", None)
+        if got != (want.shape, want.dtype):
+            raise ShapeMismatchError(
+                f"{name}: {where} has shape {got[0]} and dtype {got[1]}; its spec says "
+                f"{want.shape} {want.dtype} ({n} envs x spec.obs_shape, spec.obs_dtype)"
+            )
+
+    out = traced("reset(key, params)", lambda k: reset_batch(env, k, params, n), jax.random.key(0))
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ShapeMismatchError(f"{name}: reset(key, params) returns (obs, state), not {out}")
+    check_obs("the obs reset() returns", out[0])
+    state = out[1]
+    action = jax.ShapeDtypeStruct((n, *spec.action.shape), spec.action.dtype)
+    keys = jax.eval_shape(lambda: env_keys(env, jax.random.split(jax.random.key(0), 1), n)[0])
+    out = traced(
+        "step(key, state, action, params)",
+        lambda k, s, a: step_batch(env, k, s, a, params),
+        keys,
+        state,
+        action,
+    )
+    if not (isinstance(out, tuple) and len(out) == 6):
+        got = f"{len(out)} values" if isinstance(out, tuple) else type(out).__name__
+        raise ShapeMismatchError(
+            f"{name}: step(key, state, action, params) returns 6 values (obs, state, reward, "
+            f"terminated, truncated, info), not {got}"
+        )
+    obs, new_state, reward, terminated, truncated, info = out
+    check_obs("the obs step() returns", obs)
+    before = jax.tree_util.tree_flatten_with_path(state)
+    after = jax.tree_util.tree_flatten_with_path(new_state)
+    if before[1] != after[1]:  # type: ignore[operator]
+        raise ShapeMismatchError(
+            f"{name}: step() returns a state of another structure than reset()'s: "
+            f"{after[1]} vs {before[1]}"
+        )
+    for (path, old), (_, new) in zip(before[0], after[0], strict=True):
+        if (old.shape, old.dtype) != (new.shape, new.dtype):
+            raise ShapeMismatchError(
+                f"{name}: step() returns state{jax.tree_util.keystr(path)} of shape "
+                f"{new.shape} {new.dtype}; reset() returned {old.shape} {old.dtype} (the state "
+                "keeps its shapes and dtypes)"
+            )
+    for what, value, kinds, kind in (
+        ("reward", reward, (jnp.floating, jnp.integer), "a number"),
+        ("terminated", terminated, (jnp.bool_,), "bool"),
+        ("truncated", truncated, (jnp.bool_,), "bool"),
+    ):
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape != (n,) or dtype is None or not any(jnp.issubdtype(dtype, k) for k in kinds):
+            raise ShapeMismatchError(
+                f"{name}: step() returns {what} of shape {shape} and dtype {dtype}; each env's "
+                f"{what} is {kind} of shape () ({n} envs: ({n},))"
+            )
+    if not isinstance(info, dict) or "final_observation" not in info:
+        held = f"keys {sorted(map(str, info))}" if isinstance(info, dict) else type(info).__name__
+        raise ShapeMismatchError(
+            f"{name}: step()'s info must be a dict holding 'final_observation' (the "
+            f"observation that ended an episode, before the auto-reset; else the next obs); it "
+            f"is {held}"
+        )
+    check_obs("step()'s info['final_observation']", info["final_observation"])

@@ -104,10 +104,13 @@ class GymnaxEnv:
                 f"env {self.env_id!r}: action space {type(act_space).__name__} is not supported "
                 "(Discrete and Box are)"
             )
+        # The observations' dtype as reset returns them: a space may say another (bsuite's
+        # Catch: int32 space, float32 observations).
+        obs = jax.eval_shape(lambda k: self.env.reset(k, params)[0], jax.random.key(0))
         return EnvSpec(
             env_id=self.env_id,
             obs_shape=tuple(obs_space.shape),
-            obs_dtype=obs_space.dtype,
+            obs_dtype=obs.dtype,
             action=action,
             max_episode_steps=int(params.max_steps_in_episode),
             obs_layout="hwc" if len(obs_space.shape) == 3 else None,  # MinAtar: [10, 10, C]
