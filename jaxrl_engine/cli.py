@@ -6,6 +6,10 @@ continue a run; the last stdout line is the summary (strict JSON).
 compiled program per static group; prints the per-setting table, then the summary as the last
 line. Same exit statuses as train; 3 only when every member was stopped by a non-finite value.
 
+`jaxrl-engine plot|eval|export RUN_DIR ...` read finished runs (learning curves, the exported
+policy's statistics, a torch export); `jaxrl-engine launch -n N -- train|sweep ...` runs N
+processes of one job on this machine.
+
 Exit status: 0 trained (or the run was finished already: its summary is printed, nothing is
 rewritten); 2 bad input (config, env id, shapes, torch factory, checkpoints, a run directory in
 use by another run), reported before any compile; 3 stopped by a non-finite value; 74 an
@@ -409,6 +413,12 @@ def _eval(args: argparse.Namespace) -> int:
     problem = _missing_run(args.run) or _run_not_sweep(args.run, "eval")
     if problem:
         return _fail(problem, EXIT_BAD_INPUT)
+    from jaxrl_engine.io.schema import check_eval_request
+
+    try:
+        check_eval_request(args.episodes, args.seed)
+    except ValueError as e:
+        return _fail(str(e), EXIT_BAD_INPUT)
     from jaxrl_engine.export.evaluate import evaluate_run
 
     try:
@@ -504,7 +514,11 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
         help="output .png or .svg (default: RUN_DIR/curves.png; with several runs, "
         "curves_<N>_runs.png in the first one)",
     )
-    plot.add_argument("--metric", default="evaluate/episode_return", help="a metrics.jsonl key")
+    plot.add_argument(
+        "--metric",
+        default="evaluate/episode_return",
+        help="a metrics.jsonl key (default evaluate/episode_return)",
+    )
     plot.add_argument(
         "--reference",
         action="append",
@@ -522,7 +536,7 @@ def _add_user_verbs(verbs: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("run", metavar="RUN_DIR")
     ev.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
-    ev.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes")
+    ev.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes (default 0)")
     _add_import_option(ev)
     export = verbs.add_parser(
         "export",
@@ -620,7 +634,11 @@ def main(argv: list[str] | None = None) -> int:
 
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         _plain_warnings()
-    parser = _Parser(prog="jaxrl-engine", description=__doc__)
+    parser = _Parser(
+        prog="jaxrl-engine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # (its paragraphs)
+    )
     verbs = parser.add_subparsers(dest="verb", required=True)
     train = verbs.add_parser(
         "train",

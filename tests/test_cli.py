@@ -135,6 +135,9 @@ CONFIG_ERRORS = {
     "unknown key": ("algo.lrr=1", "unknown config key 'algo.lrr'"),
     "out of range": ("algo.lr=-1", "config key 'algo.lr': Input should be greater than 0"),
     "conflict": ("algo.num_minibatches=3", "algo.num_minibatches=3 must divide"),
+    "unknown gymnax id": ("env.id=CartPole-v9", "unknown env id 'CartPole-v9'; valid choices"),
+    "async gymnax": ("env.vectorization=async", "'env.vectorization': async steps gymnasium"),
+    "unknown algorithm": ("algo.name=foo", "'algo.name': Input tag 'foo' does not match"),
 }
 
 

@@ -193,7 +193,9 @@ class OffPolicyConfig(Strict):
     )
     batch_size: int = Field(128, gt=0, description="transitions per gradient step")
     learning_starts: int = Field(
-        1_000, ge=0, description="transitions stored before training (random actions until then)"
+        1_000,
+        ge=0,
+        description="env steps (over all envs) before training starts; random actions until then",
     )
     train_ratio: float = Field(
         0.125,
@@ -323,10 +325,18 @@ class DQNConfig(OffPolicyConfig):
     target_update_interval: int = Field(
         500, gt=0, description="gradient steps between target updates"
     )
-    epsilon_start: float = Field(1.0, ge=0, le=1, description="epsilon after warm-up")
+    epsilon_start: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="epsilon at env step 0 of its linear decay (1 before algo.learning_starts)",
+    )
     epsilon_end: float = Field(0.05, ge=0, le=1, description="final epsilon")
     exploration_fraction: float = Field(
-        0.5, gt=0, le=1, description="fraction of the run over which epsilon decays"
+        0.5,
+        gt=0,
+        le=1,
+        description="epsilon decays linearly from env step 0 to this fraction of the run",
     )
     torso: Torso = Field("auto", description=TORSO_DESCRIPTION)
     cnn: CNNConfig = Field(default_factory=CNNConfig)

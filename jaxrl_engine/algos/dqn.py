@@ -5,8 +5,10 @@ One gradient step (`step` in `train`), read top to bottom:
     y  = r + gamma * (1 - terminated) * Q_target(s', a*)     truncated steps bootstrap
     loss = mean(w * huber(Q_online(s, a) - y))   w: importance weights (1 unless prioritised)
 and every `target_update_interval` gradient steps target <- tau * online + (1 - tau) * target
-(tau = 1: a hard copy). Acting: epsilon-greedy, epsilon 1 until `learning_starts` transitions are
-stored, then linear from `epsilon_start` to `epsilon_end` over `exploration_fraction` of the run.
+(tau = 1: a hard copy). Acting: epsilon-greedy, epsilon 1 for the first `learning_starts` env
+steps, else the schedule of Stable-Baselines3 and CleanRL: linear from `epsilon_start` at env
+step 0 to `epsilon_end` at `exploration_fraction` of the run's env steps (a warm-up longer than
+that leaves epsilon at `epsilon_end` when learning starts).
 See `off_policy` for the buffer, sampling and the asynchronous schedule.
 """
 
@@ -55,8 +57,8 @@ class DQNHParams(struct.PyTreeNode):
 def epsilon(
     env_steps: jax.Array, hp: DQNHParams, learning_starts: int, total_env_steps: int
 ) -> jax.Array:
-    """1 until `learning_starts` transitions are stored, then linear from `epsilon_start` to
-    `epsilon_end` over `exploration_fraction` of the run's env steps."""
+    """1 for the first `learning_starts` env steps; else linear from `epsilon_start` at env
+    step 0 to `epsilon_end` at `exploration_fraction` of the run's env steps."""
     exploration_steps = jnp.maximum(1.0, hp.exploration_fraction * total_env_steps)
     frac = jnp.clip(env_steps / exploration_steps, 0.0, 1.0)
     eps = hp.epsilon_start + frac * (hp.epsilon_end - hp.epsilon_start)

@@ -61,7 +61,7 @@ class ReplayBatch(struct.PyTreeNode):
 class Schedule(struct.PyTreeNode):
     """The algorithm-side counters of the off-policy schedule (in the train state)."""
 
-    env_steps: jax.Array  # i32[]: transitions stored so far (read from the buffer)
+    env_steps: jax.Array  # i32[]: transitions added so far, over all envs (from the buffer)
     updates: jax.Array  # i32[]: train calls (epochs) so far
     grad_steps: jax.Array  # i32[]: gradient steps actually taken (none during warm-up)
 
@@ -128,10 +128,9 @@ class Replay:
             weights = jnp.ones(shape, jnp.float32)
         schedule = schedule.replace(env_steps=buffer.count * self.num_envs)
         train_state = train_state.replace(schedule=schedule)
-        metrics: Metrics = {
-            "update_dataset/buffer_size": buffer.size(),
-            "update_dataset/buffer_overflowed": buffer.overflowed.astype(jnp.int32),
-        }
+        metrics: Metrics = {"update_dataset/buffer_size": buffer.size()}
+        if self.mode == "fixed":  # (a circular buffer overwrites its oldest rows instead)
+            metrics["update_dataset/buffer_overflowed"] = buffer.overflowed.astype(jnp.int32)
         return train_state, ReplayBatch(rows=rows, envs=envs, weights=weights), metrics
 
     # ---------------------------------------------------------- schedule

@@ -7,7 +7,7 @@ One gradient step (`step` in `sac`), read top to bottom (Haarnoja et al. 2018, v
     alpha:  mean(-log_alpha * (log pi(a~|s) + target_entropy))   when `autotune`
     Q_target <- tau * Q + (1 - tau) * Q_target
 Actions live in [-1, 1] for the networks and are scaled affinely to the env's [low, high];
-random uniform actions until `learning_starts` transitions are stored.
+random uniform actions for the first `learning_starts` env steps.
 See `off_policy` for the buffer, sampling and the asynchronous schedule.
 """
 

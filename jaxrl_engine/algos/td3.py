@@ -11,7 +11,7 @@ and every `policy_delay` gradient steps (counted over the whole run) also
 (a `lax.cond` inside the epoch's one `lax.scan`; the actor's Adam state advances only then).
 The actor is deterministic: tanh of the network's output, in [-1, 1], scaled affinely to the
 env's [low, high]. Acting adds N(0, exploration_noise) in [-1, 1] units and clips; uniform random
-actions until `learning_starts` transitions are stored; `deterministic=True` is the plain actor.
+actions for the first `learning_starts` env steps; `deterministic=True` is the plain actor.
 With `noise="ou"` rollout's noise is instead an Ornstein-Uhlenbeck process per env, in SB3's
 discretisation (`OrnsteinUhlenbeckActionNoise`: x <- x - ou_theta * ou_dt * x + exploration_noise
 * sqrt(ou_dt) * N(0, 1), reset to 0 at each episode's start), carried in the rollout as the

@@ -19,6 +19,7 @@ from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, load_exported
 from jaxrl_engine.io.config import Config, check_env_modules, config_from_dict, read_config
+from jaxrl_engine.io.schema import check_eval_request
 
 EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
 
@@ -46,9 +47,6 @@ def never_exported(run_dir: str | Path) -> str | None:
         "(algo.torch_policy.path=universal) has no StableHLO form to export; act with "
         f"jre.make_policy({str(run_dir)!r}, checkpoint=True, factory=...) instead"
     )
-
-
-MAX_EPISODES = 10_000_000  # (their returns and lengths: 80 MB)
 
 
 def _check_observations(exported: Any, spec: Any, run_dir: Path) -> None:
@@ -83,13 +81,7 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
                 "`jaxrl_engine.export.export_policy` writes one for a state in hand"
             )
         )
-    if not 1 <= episodes <= MAX_EPISODES:
-        raise ValueError(
-            f"episodes={episodes}: give 1 to {MAX_EPISODES:,} (every episode's return and "
-            "length are kept for the statistics)"
-        )
-    if not 0 <= seed <= 2**32 - 1:
-        raise ValueError(f"seed={seed}: a seed is an int from 0 to {2**32 - 1}")
+    check_eval_request(episodes, seed)
     cfg = _run_config(run_dir)
     # Episodes run in rounds of at most EVAL_BATCH envs at once (memory stays bounded).
     batch = min(episodes, EVAL_BATCH)

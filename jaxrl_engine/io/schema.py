@@ -100,3 +100,22 @@ def check_int32_count(what: str, value: int) -> None:
 def run_epochs(total_env_steps: int, num_steps: int, num_envs: int) -> int:
     """Whole epochs of `num_steps * num_envs` env steps covering `total_env_steps`."""
     return -(-total_env_steps // (num_steps * num_envs))
+
+
+MAX_EPISODES = 10_000_000  # an evaluation's episodes (their returns and lengths: 80 MB)
+
+
+def check_eval_request(episodes: Any, seed: Any) -> None:
+    """ValueError unless `episodes` is 1 to MAX_EPISODES and `seed` a uint32 (`jaxrl-engine
+    eval`, `evaluate_run`): answered before JAX is imported."""
+    if (
+        isinstance(episodes, bool)
+        or not isinstance(episodes, int)
+        or not 1 <= episodes <= MAX_EPISODES
+    ):
+        raise ValueError(
+            f"episodes={episodes}: give 1 to {MAX_EPISODES:,} (every episode's return and "
+            "length are kept for the statistics)"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1:
+        raise ValueError(f"seed={seed}: a seed is an int from 0 to {2**32 - 1}")

@@ -56,6 +56,8 @@ class RunInfo:
     status: str = "running"
     metrics_lines: list[str] = dataclasses.field(default_factory=list)
     final_eval: float = float("nan")
+    final_eval_std: float = float("nan")  # over the last evaluation's episodes
+    final_eval_iqm: float = float("nan")
     checkpoint: Path | None = None  # the latest committed checkpoint
     checkpoint_epoch: int = -1
     compile_s: float = 0.0  # compiling in this run call
@@ -90,6 +92,8 @@ class RunInfo:
             "name": self.cfg.name,
             "status": self.status,
             "final_eval_return": self.final_eval,
+            "final_eval_return_std": self.final_eval_std,
+            "final_eval_return_iqm": self.final_eval_iqm,
             # what final_eval_return is: the mean over this many episodes, greedy or sampled
             "eval_episodes": self.engine.eval_episodes,
             "eval_policy": "deterministic" if self.engine.eval_deterministic else "stochastic",
@@ -135,6 +139,18 @@ class HostHook:
         pass
 
 
+def _take_evaluation(run: RunInfo, record: Record) -> None:
+    """The summary's final evaluation: mean, std and IQM of `record`'s episode returns."""
+
+    def number(key: str) -> float:
+        value = record.get(key)
+        return float(value) if isinstance(value, int | float) else float("nan")
+
+    run.final_eval = number("evaluate/episode_return")
+    run.final_eval_std = number("evaluate/episode_return_std")
+    run.final_eval_iqm = number("evaluate/episode_return_iqm")
+
+
 class Logging(HostHook):
     """config.yaml, then metrics.jsonl (and the `loggers` backends) record by record; on a
     fresh state the old records go, on a resumed one those after its epoch (written after its
@@ -147,15 +163,15 @@ class Logging(HostHook):
             if isinstance(last_wall, int | float) and math.isfinite(last_wall):
                 run.wall_offset = float(last_wall)
         for line in reversed(run.metrics_lines):  # a resumed run's last evaluation so far
-            value = json.loads(line).get("evaluate/episode_return")
-            if isinstance(value, int | float):
-                run.final_eval = float(value)
+            record = json.loads(line)
+            if isinstance(record.get("evaluate/episode_return"), int | float):
+                _take_evaluation(run, record)
                 break
 
     def on_records(self, run: RunInfo, records: list[Record]) -> None:
         for record in records:
             if "evaluate/episode_return" in record:
-                run.final_eval = record["evaluate/episode_return"]
+                _take_evaluation(run, record)
             run.metrics_lines.append(run.out.log(record))
 
     def close(self, run: RunInfo) -> None:
@@ -273,6 +289,11 @@ class OnEpoch(HostHook):
             self.fn(record)
 
 
+def eval_text(value: float) -> str:
+    """The last evaluation's return on a progress line; "-" before the first."""
+    return "-" if math.isnan(value) else f"{value:.1f}"
+
+
 class ProgressBar(HostHook):
     """Progress on stderr (stdout keeps the summary): on a terminal (or in a notebook) a rich
     bar (epochs, env steps/s, last evaluation return) whose description says what is
@@ -319,7 +340,7 @@ class ProgressBar(HostHook):
             description=run.cfg.name,
             completed=run.done,
             rate="-" if rate is None else f"{rate:,.0f}",
-            eval=f"{run.final_eval:.1f}",
+            eval=eval_text(run.final_eval),
         )
         now = time.perf_counter()
         if now - self.last_line >= self.PLAIN_EVERY_S or run.done >= run.total:
@@ -327,7 +348,7 @@ class ProgressBar(HostHook):
             self._plain(
                 f"{run.cfg.name}: epoch {run.done}/{run.total}, "
                 + ("-" if rate is None else f"{rate:,.0f}")
-                + f" env steps/s, eval {run.final_eval:.1f}"
+                + f" env steps/s, eval {eval_text(run.final_eval)}"
             )
 
     def close(self, run: RunInfo) -> None:

@@ -69,7 +69,8 @@ class StopSignal:
                     else "the summary follows; save_interval=0 writes no checkpoint"
                 )
                 print(
-                    f"\njaxrl-engine: {self.signame}: stopping after this epoch ({follows}); "
+                    f"\njaxrl-engine: {self.signame}: stopping after the epochs running now "
+                    f"(up to the next evaluation or checkpoint: one compiled call; {follows}); "
                     "send it again to exit at once",
                     file=sys.stderr,
                     flush=True,

@@ -42,6 +42,7 @@ from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import atomic_write, strict_json
 from jaxrl_engine.run.driver import TrainingInterrupted
+from jaxrl_engine.run.host_hooks import eval_text
 from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status, epochs_asked
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
@@ -131,11 +132,13 @@ class SweepProgress:
         if not self.enabled:
             return
         if self.bar is not None:
-            self.bar.update(self.task, completed=done, rate=f"{rate:,.0f}", eval=f"{mean_eval:.1f}")
+            self.bar.update(
+                self.task, completed=done, rate=f"{rate:,.0f}", eval=eval_text(mean_eval)
+            )
             return
         print(
             f"jaxrl-engine sweep: {self.label}, {self.members} members: epoch {done}/"
-            f"{self.total}, {rate:,.0f} env steps/s (all members), mean eval {mean_eval:.2f}",
+            f"{self.total}, {rate:,.0f} env steps/s (all members), mean eval {eval_text(mean_eval)}",
             file=sys.stderr,
             flush=True,
         )

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+from jaxrl_engine.run.host_hooks import eval_text
 from tests.conftest import small_config
 
 SUMMARY_KEYS = {"final_eval_return", "env_steps", "wall_s", "steps_per_second", "compile_s"}
@@ -63,6 +64,8 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     assert set(summary) >= SUMMARY_KEYS
     assert summary["env_steps"] == 5 * 4 * 16 == int(state.counters.env_steps)
     assert summary["final_eval_return"] == records[-1]["evaluate/episode_return"]
+    assert summary["final_eval_return_std"] == records[-1]["evaluate/episode_return_std"]
+    assert summary["final_eval_return_iqm"] == records[-1]["evaluate/episode_return_iqm"]
     assert math.isfinite(summary["final_eval_return"])
     assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
     assert_times_add_up(summary)
@@ -200,3 +203,5 @@ def test_progress_off_a_terminal_is_plain_lines_naming_each_compilation(tmp_path
     ], err
     assert lines[-1].startswith(f"jaxrl-engine: {cfg.name}: epoch 5/5, "), err
     assert "env steps/s, eval " in lines[-1] and out == ""
+    assert "eval nan" not in err  # before the first evaluation: "eval -"
+    assert (eval_text(float("nan")), eval_text(12.34)) == ("-", "12.3")

@@ -259,7 +259,7 @@ def test_a_second_sigint_exits_at_once_and_leaves_a_loadable_run(tmp_path, cache
     rc, _, err = finish(proc, timeout=60)  # the paused epoch alone would take 120 s
 
     assert rc == 128 + signal.SIGINT, err[-3000:]
-    assert "stopping after this epoch" in err
+    assert "stopping after the epochs running now" in err
     assert checkpoint_epochs(run_dir) == [2]
     assert [r["epoch"] for r in records(run_dir)] == [1, 2, 3]
     state, _ = restore(run_dir, overrides)

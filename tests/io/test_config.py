@@ -237,8 +237,11 @@ def test_structure_errors_come_first_and_env_errors_still_come():
     """load_config's first pass (no env) reports structural errors; the second still checks
     what needs the env, with the same messages, and a Config built directly runs both."""
     with pytest.raises(jre.ConfigError) as e:
+        jre.load_config(None, ["env.params.bogus=1", "algo.lrr=1"])
+    assert "'algo.lrr'" in str(e.value) and "bogus" not in str(e.value)
+    with pytest.raises(jre.ConfigError) as e:  # gymnax's ids are known without gymnax
         jre.load_config(None, ["env.id=CartPole-v9", "algo.lrr=1"])
-    assert "'algo.lrr'" in str(e.value) and "CartPole-v9" not in str(e.value)
+    assert "'algo.lrr'" in str(e.value) and "unknown env id 'CartPole-v9'" in str(e.value)
     for overrides, fragment in [
         (["env.id=CartPole-v9"], "unknown env id 'CartPole-v9'; valid choices: CartPole-v1"),
         (["env.id=MNISTBandit-bsuite"], "unknown env id 'MNISTBandit-bsuite'"),

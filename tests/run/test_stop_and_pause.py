@@ -153,7 +153,7 @@ def test_a_signal_in_a_groups_last_epochs_stops_before_the_next_group(
     root = tmp_path / "g"
     assert e.value.summary["status"] == summary_of(root)["status"] == "interrupted"
     assert statuses(root) == {GROUPS[0]: "completed", GROUPS[1]: "not_run"}
-    assert "SIGINT: stopping after this epoch" in capsys.readouterr().err
+    assert "SIGINT: stopping after the epochs running now" in capsys.readouterr().err
     monkeypatch.undo()
     resumed = jre.resume_sweep(root)
     assert resumed["status"] == "completed" and resumed["completed"] == 2
