@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 
@@ -40,6 +41,10 @@ def every(n: int, hook: Hook) -> Hook:
 
     Metrics that only the hooked branch produces are NaN on the other epochs.
     """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ValueError(f"every(n={n!r}, ...): n is a whole number of epochs >= 1")
+    if not callable(hook):
+        raise TypeError(f"every(n, hook): hook is {hook!r}, a function from a phase to a phase")
 
     def transform(phase: Phase) -> Phase:
         hooked = hook(phase)

@@ -165,6 +165,13 @@ class TorchSimRollout:
         """`algo.num_steps` host steps; writes the trajectory to `state.buffer`."""
         import torch
 
+        if isinstance(state.rng, jax.core.Tracer):  # before the simulator is touched
+            raise TypeError(
+                "TorchSimRollout: a rollout hook traced the host rollout (jre.every and other "
+                "hooks built on lax.cond or jax.eval_shape trace the phase they wrap); the "
+                "torch simulator steps eagerly, so its rollout takes hooks that call the phase "
+                "(state -> phase(state)), and jre.every goes on the engine's other phases"
+            )
         if self._obs is None:
             self.reset()
         num_steps = self.engine.num_steps

@@ -16,10 +16,12 @@ batch to the run directory and leaves the checkpoints as they were.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
-from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, default_host_hooks
+from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, Summary, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import RunDir, end_status, epochs_asked, write_failing_batch
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
@@ -106,6 +108,40 @@ def _check_describes(cfg: Config, engine: Engine) -> None:
         )
 
 
+def _warn_misspelled(hook: HostHook) -> None:
+    """Warn about a method of `hook` named almost as a HostHook method (`on_record`): the
+    driver never calls it."""
+    known = [name for name in vars(HostHook) if not name.startswith("_")]
+    for name in dir(type(hook)):
+        if name.startswith("_") or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if close:
+            warnings.warn(
+                f"host hook {type(hook).__name__} has a method {name!r}, which the driver never "
+                f"calls; did you mean {close[0]!r}? (HostHook's methods: {', '.join(known)})",
+                stacklevel=4,
+            )
+
+
+def _summary_of_failure(
+    run: RunInfo, state: EngineState, hooks: list[HostHook], error: Exception
+) -> None:
+    """summary.json of a run that an error stopped (a host hook's, a host simulator's, the
+    disk's): status "failed" and the error, beside the checkpoints and logs it had. Nothing
+    else runs (no checkpoint of a state that may be the error's, no export); a summary that
+    cannot be written leaves the error to say what happened."""
+    first = (str(error).strip().splitlines() or [""])[0][:500]
+    run.status = "failed"
+    run.extra["error"] = f"{type(error).__name__}: {first}".rstrip(": ")
+    if run.train_end is None:
+        run.train_end = time.perf_counter()
+    for hook in hooks:
+        if isinstance(hook, Summary):
+            with contextlib.suppress(Exception):
+                hook.end(run, state)
+
+
 def placed_as(state: EngineState, sharding: Any) -> EngineState:
     """`state` on `sharding` (the compiled epochs' input placement), moved only where a leaf
     is elsewhere: a user's hook on `evaluate` may leave params offloaded (`offload_after`)."""
@@ -144,6 +180,7 @@ class Driver:
                     f"host_hooks[{i}] is a {type(hook).__name__}: a host hook is a jre.HostHook "
                     "subclass's object"
                 )
+            _warn_misspelled(hook)
         self.cfg, self.host_hooks = cfg, list(host_hooks)
         # Acting and learning overlapped (`run/overlap.py`), the actor on `actor_device` (None:
         # the learner's devices).
@@ -262,6 +299,10 @@ class Driver:
                 run.train_end = time.perf_counter()
                 self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
+        except Exception as e:
+            if started and run.status == "running":  # not a NaN stop: its summary is written
+                _summary_of_failure(run, state, hooks, e)
+            raise
         finally:
             self._close(run, started, raise_errors=not failed)
         return state, {**run.summary, "records": history}

@@ -65,6 +65,14 @@ def marked(phase):
     return wrapped
 
 
+@pytest.mark.parametrize("n", [0, -2, 2.5, True, "2"])
+def test_every_refuses_a_period_that_is_not_a_whole_number_of_epochs(n):
+    with pytest.raises(ValueError, match=rf"every\(n={n!r}, \.\.\.\): n is a whole number"):
+        jre.every(n, lambda phase: phase)
+    with pytest.raises(TypeError, match="hook is 3"):
+        jre.every(2, 3)
+
+
 def test_every_applies_the_hook_only_on_epochs_divisible_by_n(small_cfg):
     engine = jre.build(small_cfg, hooks={"train": [jre.every(2, marked)]})
     state = engine.init(jax.random.key(0))

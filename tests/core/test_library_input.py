@@ -195,3 +195,44 @@ def test_an_algorithm_of_the_users_own_name_trains_and_its_run_asks_for_it_back(
     np.testing.assert_array_equal(exported(obs), jre.make_policy((again, restored))(obs))
     with pytest.raises(ExportError, match=r"algorithm 'my_ppo' given to jre.build"):
         jre.make_policy(run, deterministic=False)
+
+
+def test_a_host_hook_that_raises_leaves_a_failed_summary_beside_the_checkpoints(built, tmp_path):
+    cfg, engine, _, _ = built
+
+    class Boom(jre.HostHook):
+        def on_records(self, run, records):
+            if records[-1]["epoch"] >= 3:
+                raise RuntimeError("my hook broke\nsecond line")
+
+    cfg = cfg.model_copy(update={"run_dir": str(tmp_path), "name": "boom", "save_interval": 2})
+    hooked = jre.Engine(
+        engine.env,
+        engine.algo,
+        num_envs=cfg.env.num_envs,
+        num_steps=cfg.algo.num_steps,
+        num_epochs=engine.num_epochs,
+        eval_interval=engine.eval_interval,
+        eval_envs=cfg.eval.num_envs,
+        driver=jre.Driver(cfg, host_hooks=[Boom()]),
+    )
+    with pytest.raises(RuntimeError, match="my hook broke"):
+        hooked.run(hooked.init(jax.random.key(0)))
+    summary = json.loads((tmp_path / "boom" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == "RuntimeError: my hook broke"
+    assert summary["checkpoint"].endswith("epoch_2")  # the last good one, left as it was
+    assert (tmp_path / "boom" / "metrics.jsonl").read_text().count("\n") >= 2
+
+
+def test_a_host_hook_method_named_almost_as_the_drivers_is_warned_about(built):
+    cfg = built[0]
+
+    class Typo(jre.HostHook):
+        def on_record(self, run, records):  # (on_records)
+            pass
+
+        def my_helper(self):
+            pass
+
+    with pytest.warns(UserWarning, match=r"method 'on_record'.*did you mean 'on_records'"):
+        jre.Driver(cfg, host_hooks=[Typo()])

@@ -93,3 +93,15 @@ def test_a_mismatched_simulator_is_refused(tmp_path):
     engine = jre.build(small_config(tmp_path=tmp_path))
     with pytest.raises(ValueError, match="num_envs"):
         TorchSimRollout(engine, TorchCartPole(engine.num_envs + 1))
+
+
+def test_a_rollout_hook_that_traces_its_phase_is_named_before_the_simulator_moves(tmp_path):
+    """`jre.every` takes `lax.cond` over the phase it wraps: around the eager host rollout it
+    would trace the simulator loop (was a DLPack "traced value" error after a reset)."""
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg, hooks={"rollout": [jre.every(2, lambda phase: phase)]})
+    sim = TorchCartPole(cfg.env.num_envs, seed=0)
+    rollout = TorchSimRollout(engine, sim)
+    with pytest.raises(TypeError, match=r"a rollout hook traced the host rollout \(jre.every"):
+        rollout.epoch(engine.init(jax.random.key(0)))
+    assert rollout._obs is None  # the simulator was not reset while tracing
