@@ -47,6 +47,7 @@ from jaxrl_engine.core.timing import Timer, timed
 from jaxrl_engine.core.warm_up import (
     check_env,
     check_env_methods,
+    check_policy,
     check_shapes,
     compile_phase,
 )
@@ -63,11 +64,20 @@ def _checked(name: str, phase: Phase) -> Phase:
 
     @functools.wraps(phase)
     def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
-        out = phase(state)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+        try:
+            out = phase(state)
+        except Exception as e:  # (the compile error then says which phase was being traced)
+            e.add_note(f"raised while tracing phase '{name}'")
+            raise
+        if not (isinstance(out, tuple) and len(out) == 2):
             raise ValueError(
                 f"phase '{name}' returned {type(out).__name__}: a phase returns (state, metrics),"
                 " metrics a dict of scalars"
+            )
+        if not isinstance(out[1], Mapping):
+            raise ValueError(
+                f"phase '{name}' returned (state, {type(out[1]).__name__}): its metrics are a "
+                "dict of scalars ({'train/loss': loss}; {} for none)"
             )
         new, metrics = out[0], out[1]
         new = strong_types(new)
@@ -360,6 +370,9 @@ class Engine:
         done = jnp.zeros((self.num_envs,), bool)
         env = EnvCarry(state=env_state, obs=obs, done=done, explore=explore)
         stats = EpisodeStats.zeros(self.num_envs)
+        check_policy(
+            acting, obs, self.spec, algo
+        )  # before the rollout gives its actions to the env
         trajectory = jax.eval_shape(lambda: self.builder.collect(acting, env, stats, k_run)[2])
         buffer = algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))
         batch_shape = jax.eval_shape(

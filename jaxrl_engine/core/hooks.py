@@ -31,6 +31,13 @@ def chain(*hooks: Hook) -> Hook:
     def transform(phase: Phase) -> Phase:
         for hook in hooks:
             phase = hook(phase)
+            if not callable(phase):
+                what = getattr(hook, "__name__", type(hook).__name__)
+                raise TypeError(
+                    f"hook {what} returned {type(phase).__name__}, not a phase: a hook takes a "
+                    "phase and returns a phase (state -> (state, metrics)); a phase of your "
+                    "own replaces one with phases={name: fn}"
+                )
         return phase
 
     return transform

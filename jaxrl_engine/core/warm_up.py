@@ -31,7 +31,14 @@ def compile_phase(name: str, fn: Any, *args: Any) -> tuple[Any, dict[str, float]
     try:
         compiled = fn.lower(*args).compile()
     except Exception as e:
-        raise ShapeMismatchError(f"warm_up: phase '{name}' failed to compile: {e}") from e
+        notes = "".join(
+            f" ({note})"
+            for note in dict.fromkeys(getattr(e, "__notes__", []))
+            if note.startswith("raised while tracing phase")  # (not JAX's traceback notes)
+        )
+        raise ShapeMismatchError(
+            f"warm_up: phase '{name}' failed to compile: {type(e).__name__}: {e}{notes}"
+        ) from e
     cost = compiled.cost_analysis() or {}
     memory = compiled.memory_analysis()
     return compiled, {
@@ -52,9 +59,16 @@ def check_shapes(state: EngineState, spec: EnvSpec, algorithm: Algorithm) -> Non
             f"phase 'rollout': the env's observations have shape {env_obs} but its "
             f"observation space (what the policy was built for) says {spec.obs_shape}"
         )
-    obs = jax.ShapeDtypeStruct(state.env.obs.shape, state.env.obs.dtype)
+    check_policy(state.eval_params, state.env.obs, spec, algorithm)
+
+
+def check_policy(params: Any, obs: Any, spec: EnvSpec, algorithm: Algorithm) -> None:
+    """The policy acts on `obs` (`[num_envs, *obs_shape]`) with actions of the env's shape and
+    kind, or `ShapeMismatchError` naming both (before a rollout feeds them to the env)."""
+    env_obs = tuple(obs.shape[1:])
+    obs = jax.ShapeDtypeStruct(obs.shape, obs.dtype)
     # Shapes only: offloaded (pinned_host) params would fail eval_shape on memory spaces.
-    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state.eval_params)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     try:
         action = jax.eval_shape(
             lambda p, o: algorithm.act(p, o, jax.random.key(0), False)[0], params, obs
@@ -64,11 +78,17 @@ def check_shapes(state: EngineState, spec: EnvSpec, algorithm: Algorithm) -> Non
             f"phase 'rollout': the policy cannot act on env observations of shape "
             f"{env_obs} (policy params were built for another shape): {e}"
         ) from e
-    want = (state.env.obs.shape[0], *spec.action.shape)
+    want = (obs.shape[0], *spec.action.shape)
     if tuple(action.shape) != want:
         raise ShapeMismatchError(
             f"phase 'rollout': the policy returns actions of shape {tuple(action.shape)} "
             f"but the env takes {want} (num_envs, *action_shape)"
+        )
+    kind = jnp.integer if spec.action.discrete else jnp.floating
+    if not jnp.issubdtype(action.dtype, kind):
+        raise ShapeMismatchError(
+            f"phase 'rollout': the policy returns {action.dtype} actions but the env's are "
+            + ("discrete (integers)" if spec.action.discrete else "continuous (floats)")
         )
 
 

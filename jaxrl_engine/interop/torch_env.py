@@ -27,6 +27,7 @@ from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.hooks import chain
 from jaxrl_engine.core.nan_guard import check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.protocols import EnvSpec
 from jaxrl_engine.core.timing import timed
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
 
@@ -114,6 +115,50 @@ class TorchCartPole:
         return self.state.clone(), reward, terminated, truncated, {"final_observation": final}
 
 
+def check_sim_obs(spec: EnvSpec, sim: TorchBatchSim, where: str, obs: Any) -> None:
+    """ValueError unless `obs` is a tensor `[sim.num_envs, *obs_shape]` of the spec's dtype."""
+    want = ((sim.num_envs, *spec.obs_shape), str(np.dtype(spec.obs_dtype)))
+    got = (tuple(getattr(obs, "shape", ())), str(getattr(obs, "dtype", type(obs).__name__)))
+    if (got[0], got[1].removeprefix("torch.")) != want:
+        raise ValueError(
+            f"torch simulator {type(sim).__name__}: {where} gives observations of shape "
+            f"{list(got[0])} and dtype {got[1]}; the engine's env spec says {list(want[0])} "
+            f"{want[1]} (num_envs x obs_shape, obs_dtype)"
+        )
+
+
+def check_sim_step(spec: EnvSpec, sim: TorchBatchSim, out: Any) -> None:
+    """`sim.step`'s outputs are what the protocol says (module docstring), each one named."""
+    name = type(sim).__name__
+    if not (isinstance(out, tuple) and len(out) == 5):
+        raise ValueError(
+            f"torch simulator {name}: step(actions) returns (obs, reward, terminated, "
+            f"truncated, info), not {type(out).__name__}"
+            + (f" of {len(out)}" if isinstance(out, tuple) else "")
+        )
+    obs, reward, terminated, truncated, info = out
+    check_sim_obs(spec, sim, "step()", obs)
+    n = sim.num_envs
+    for what, value, kinds in (
+        ("reward", reward, ("float", "int")),
+        ("terminated", terminated, ("bool",)),
+        ("truncated", truncated, ("bool",)),
+    ):
+        shape, dtype = tuple(getattr(value, "shape", ())), str(getattr(value, "dtype", ""))
+        if shape != (n,) or not any(k in dtype for k in kinds):
+            raise ValueError(
+                f"torch simulator {name}: step() gives {what} of shape {list(shape)} and "
+                f"dtype {dtype or type(value).__name__}; the engine takes [{n}] "
+                + ("bool" if kinds == ("bool",) else "numbers")
+            )
+    if not isinstance(info, dict) or "final_observation" not in info:
+        raise ValueError(
+            f"torch simulator {name}: step()'s info is a dict holding 'final_observation' "
+            "(each env's observation before its auto-reset)"
+        )
+    check_sim_obs(spec, sim, "step()'s info['final_observation']", info["final_observation"])
+
+
 class TorchSimRollout:
     """Rollout (and evaluation) of an `Engine`'s policy over a torch batch simulator.
 
@@ -140,6 +185,7 @@ class TorchSimRollout:
         self.engine, self.sim, self.algo = engine, sim, engine.algo
         self.report = BridgeReport(keep=False)
         self._obs: torch.Tensor | None = None
+        self._outputs_checked = False
         self._ret: Any = None
         self._len: Any = None
         self.act = jax.jit(self._act, static_argnums=3)
@@ -174,6 +220,7 @@ class TorchSimRollout:
             )
         if self._obs is None:
             self.reset()
+            check_sim_obs(self.engine.spec, self.sim, "reset()", self._obs)
         num_steps = self.engine.num_steps
         rng, key = jax.random.split(state.rng)
         keys = jax.random.split(key, num_steps)
@@ -182,9 +229,11 @@ class TorchSimRollout:
         for t in range(num_steps):
             obs = from_torch(self._obs, report=self.report)
             action, extras, obs_kept = self.act(state.eval_params, obs, keys[t], False)
-            obs_t, reward, terminated, truncated, info = self.sim.step(
-                to_torch(action, report=self.report)
-            )
+            out = self.sim.step(to_torch(action, report=self.report))
+            if not self._outputs_checked:
+                check_sim_step(self.engine.spec, self.sim, out)
+                self._outputs_checked = True
+            obs_t, reward, terminated, truncated, info = out
             done = terminated | truncated
             self._ret += reward
             self._len += 1
@@ -246,12 +295,16 @@ class TorchSimRollout:
         import torch
 
         obs = sim.reset()
+        check_sim_obs(self.engine.spec, sim, "reset()", obs)
         ret = torch.zeros(sim.num_envs)
         active = torch.ones(sim.num_envs, dtype=torch.bool)
         key = jax.random.key(0)
-        for _ in range(max_steps):
+        for t in range(max_steps):
             action, _, _ = self.act(state.eval_params, from_torch(obs), key, True)
-            obs, reward, terminated, truncated, _ = sim.step(to_torch(action))
+            out = sim.step(to_torch(action))
+            if t == 0:
+                check_sim_step(self.engine.spec, sim, out)
+            obs, reward, terminated, truncated, _ = out
             ret += torch.where(active, reward, 0.0)
             active &= ~(terminated | truncated)
             if not bool(active.any()):

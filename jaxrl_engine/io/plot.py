@@ -143,6 +143,10 @@ def _grouping_key(run: Run) -> tuple[tuple[str, str], ...]:
     )
 
 
+LABEL_FIRST = ("algo.name", "env.id", "env.suite")
+LABEL_KEYS = 3
+
+
 def group_runs(runs: list[Run]) -> list[tuple[str, list[Run]]]:
     """Runs grouped by config less the seed; labels name what differs between groups."""
     groups: dict[tuple[tuple[str, str], ...], list[Run]] = {}
@@ -153,13 +157,24 @@ def group_runs(runs: list[Run]) -> list[tuple[str, list[Run]]]:
         members = groups[keys[0]]
         return [(_seed_group_label(members), members)]
     common = set(keys[0]).intersection(*keys[1:])
-    varying = sorted({k for key in keys for k, v in key if (k, v) not in common})
-    labelled = []
-    for key in keys:
+    varying = sorted(
+        {k for key in keys for k, v in key if (k, v) not in common},
+        key=lambda k: (k not in LABEL_FIRST, LABEL_FIRST.index(k) if k in LABEL_FIRST else 0, k),
+    )
+
+    def label(key: tuple[tuple[str, str], ...], most: int | None) -> str:
         values = dict(key)
-        label = ", ".join(f"{k}={json.loads(values[k])}" for k in varying if k in values)
-        labelled.append((label or groups[key][0].path.name, groups[key]))
-    return labelled
+        shown = [k for k in varying if k in values]
+        text = ", ".join(f"{k}={json.loads(values[k])}" for k in shown[:most])
+        more = len(shown) - len(shown[:most])
+        return (text + (f" (+{more} more)" if more else "")) or groups[key][0].path.name
+
+    # At most LABEL_KEYS keys a label (algo.name and env.id first): runs of two algorithms
+    # differ in every key of each; all of them when fewer would not tell the groups apart.
+    labels = [label(key, LABEL_KEYS) for key in keys]
+    if len(set(labels)) < len(labels):
+        labels = [label(key, None) for key in keys]
+    return [(text, groups[key]) for text, key in zip(labels, keys, strict=True)]
 
 
 def _seed_group_label(members: list[Run]) -> str:
@@ -294,7 +309,11 @@ def plot_runs(
     by_steps.set_ylabel(metric)
     for ax in (by_steps, by_time):
         ax.grid(alpha=0.3)
-    by_steps.legend(loc="best", fontsize="small")
+    # Below both panels (long labels would squeeze the axes inside one of them).
+    handles, labels = by_steps.get_legend_handles_labels()
+    fig.legend(
+        handles, labels, loc="outside lower center", ncols=min(2, len(labels)), fontsize="small"
+    )
     fig.suptitle(metric)
     if out is not None:
         import matplotlib

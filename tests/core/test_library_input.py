@@ -236,3 +236,53 @@ def test_a_host_hook_method_named_almost_as_the_drivers_is_warned_about(built):
 
     with pytest.warns(UserWarning, match=r"method 'on_record'.*did you mean 'on_records'"):
         jre.Driver(cfg, host_hooks=[Typo()])
+
+
+def test_a_hook_that_returns_no_phase_and_a_phase_with_list_metrics_are_named(built):
+    cfg, engine, state, _ = built
+
+    def my_phase(s):  # a phase, given where a hook belongs
+        return s, {}
+
+    for hook, name in ((my_phase, "my_phase"), (lambda phase: None, "<lambda>")):
+        with pytest.raises(TypeError, match=rf"hook {name} returned \w+, not a phase"):
+            jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [hook]})
+
+    def listed(phase):
+        return lambda s: (phase(s)[0], [1.0])
+
+    bad = jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [listed]})
+    with pytest.raises(ValueError, match=r"phase 'train' returned \(state, list\): its metrics"):
+        jax.eval_shape(bad.pure_epoch, state)
+
+
+def test_a_policy_whose_actions_the_env_cannot_take_is_refused_at_build(built):
+    cfg, engine, _, _ = built
+    algo = engine.algo
+
+    def floats(params, obs, key, deterministic):
+        action, extras = algo.act(params, obs, key, deterministic)
+        return action.astype(jnp.float32), extras
+
+    def column(params, obs, key, deterministic):
+        action, extras = algo.act(params, obs, key, deterministic)
+        return action[:, None], extras
+
+    for act, message in (
+        (floats, r"returns float32 actions but the env's are discrete"),
+        (column, r"returns actions of shape \(4, 1\) but the env takes \(4,\)"),
+    ):
+        with pytest.raises(jre.ShapeMismatchError, match=message):
+            jre.build(cfg, env=engine.env, algorithm=algo._replace(act=act))
+
+
+def test_a_bundle_function_failing_while_traced_is_named_by_its_phase(built):
+    cfg, engine, _, _ = built
+    algo = engine.algo
+
+    def update_dataset(train_state, buffer, key, hparams):  # two values, not three
+        return algo.update_dataset(train_state, buffer, key, hparams)[:2]
+
+    bad = jre.build(cfg, env=engine.env, algorithm=algo._replace(update_dataset=update_dataset))
+    with pytest.raises(jre.ShapeMismatchError, match=r"raised while tracing phase 'update_da"):
+        bad.warm_up(bad.init(jax.random.key(0)), phases=["epochs"])

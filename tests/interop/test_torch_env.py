@@ -105,3 +105,31 @@ def test_a_rollout_hook_that_traces_its_phase_is_named_before_the_simulator_move
     with pytest.raises(TypeError, match=r"a rollout hook traced the host rollout \(jre.every"):
         rollout.epoch(engine.init(jax.random.key(0)))
     assert rollout._obs is None  # the simulator was not reset while tracing
+
+
+class FloatDone(TorchCartPole):
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = super().step(actions)
+        return obs, reward, terminated.float(), truncated, info
+
+
+class DoubleObs(TorchCartPole):
+    def reset(self):
+        return super().reset().double()
+
+
+@pytest.mark.parametrize(
+    "sim, message",
+    [
+        (FloatDone, r"FloatDone: step\(\) gives terminated of shape \[4\] and dtype torch.float32"),
+        (DoubleObs, r"reset\(\) gives observations of shape \[4, 4\] and dtype torch.float64; "),
+    ],
+)
+def test_a_simulator_output_the_engine_cannot_take_is_named(tmp_path, sim, message):
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    with pytest.raises(ValueError, match=message):
+        TorchSimRollout(engine, sim(cfg.env.num_envs)).epoch(state)
+    with pytest.raises(ValueError, match=message):  # a fresh simulator for evaluation too
+        TorchSimRollout(engine, TorchCartPole(cfg.env.num_envs)).evaluate(state, sim(4), 10)

@@ -232,11 +232,11 @@ def test_cli_plot_rejects_a_bad_reference_file_naming_it(runs, tmp_path, capsys,
 
 def test_a_run_given_twice_counts_once_and_same_seed_runs_are_not_called_seeds(runs, tmp_path):
     fig = plot_runs([runs[0], runs[1], runs[0], tmp_path / "." / "a_s1"])
-    (label,) = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    (label,) = [t.get_text() for t in fig.legends[0].get_texts()]
     assert label.endswith("(mean, min-max of 2 seeds)"), label
     again = fake_run(tmp_path, "a_s0_again", [10, 20, 30], "seed=0")  # another run, same seed
     fig = plot_runs([runs[0], runs[1], again])
-    (label,) = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    (label,) = [t.get_text() for t in fig.legends[0].get_texts()]
     assert label.endswith("(mean, min-max of 3 runs, 2 seeds)"), label
 
 
@@ -256,3 +256,22 @@ def test_cli_plot_refuses_references_on_another_metric_and_names_an_unwritable_o
     err = capsys.readouterr().err
     assert status in (cli.EXIT_BAD_INPUT, cli.EXIT_OS_ERROR) and "Traceback" not in err, err
     assert str(out.parent) in err or str(out) in err, err
+
+
+def test_runs_of_two_algorithms_are_labelled_by_a_few_keys_algo_name_first(tmp_path):
+    """SAC and TD3 runs differ in every algo key of each: the label names the algorithm and
+    two more keys, not all of them (a legend wider than the figure squeezed the axes)."""
+    env = "env.id=Pendulum-v1"
+    sac = fake_run(tmp_path, "sac", [1, 2, 3], env, "algo.name=sac")
+    td3 = fake_run(tmp_path, "td3", [1, 2, 4], env, "algo.name=td3")
+    labels = [label for label, _ in group_runs([read_run(p) for p in (sac, td3)])]
+    assert [label.split(",")[0] for label in labels] == ["algo.name=sac", "algo.name=td3"]
+    assert all(label.count("=") == 3 and label.endswith(" more)") for label in labels), labels
+    fig = plot_runs([sac, td3])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    # Groups that only a later key tells apart keep every key.
+    a = fake_run(tmp_path, "a", [1, 2, 3], env, "algo.name=sac", "algo.gamma=0.9")
+    b = fake_run(tmp_path, "b", [1, 2, 3], env, "algo.name=td3", "algo.gamma=0.9")
+    c = fake_run(tmp_path, "c", [1, 2, 3], env, "algo.name=td3", "algo.tau=0.01")
+    labels = [label for label, _ in group_runs([read_run(p) for p in (a, b, c)])]
+    assert len(set(labels)) == 3 and not any(label.endswith(" more)") for label in labels), labels
