@@ -174,13 +174,19 @@ class Replay:
             c, metrics = jax.lax.scan(one_step, c, (batch.rows, batch.envs, batch.weights, keys))
             return c, {k: v.mean() for k, v in metrics.items()}
 
-        def skip(c):
+        def skip(c):  # no gradient step, so no loss: NaN (logged as null), not 0
             shapes = jax.eval_shape(run, c)[1]
-            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            return c, jax.tree.map(
+                lambda s: jnp.full(
+                    s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else 0, s.dtype
+                ),
+                shapes,
+            )
 
         (carry, priorities), metrics = jax.lax.cond(
             self.learning(train_state), run, skip, (carry, priorities)
         )
+        # (nan_guard checks the others only when this is 1: `core.nan_guard.working_key`)
         metrics["train/learning"] = self.learning(train_state).astype(jnp.float32)
         return carry, metrics, priorities
 

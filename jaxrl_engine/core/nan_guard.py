@@ -23,6 +23,13 @@ GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
 MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
 
 
+def working_key(phase_name: str) -> str:
+    """A phase that may idle (off-policy `train` before `learning_starts`) reports this metric,
+    1 when it worked; while it is 0 the phase's other metrics are NaN by meaning (nothing was
+    computed: logged as null, not as a loss of 0) and the guard does not check them."""
+    return f"{phase_name}/learning"
+
+
 def guard_key(phase_name: str) -> str:
     return f"guard/{phase_name}"
 
@@ -73,6 +80,12 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
             names = guarded_quantities(list(metrics), state_paths, skip)
             metric_names = names[: len(names) - len(state_paths)]
             values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
+            working = metrics.get(working_key(phase_name))
+            if working is not None:  # an idle phase's metrics are not checked
+                values[: len(metric_names)] = [
+                    jnp.where(working > 0, v, jnp.zeros_like(v))
+                    for v in values[: len(metric_names)]
+                ]
             return state, {**metrics, guard_key(phase_name): first_non_finite(values)}
 
         return wrapped

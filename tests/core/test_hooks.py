@@ -241,3 +241,16 @@ def test_nan_guard_index_names_the_first_non_finite_quantity():
     assert phase_with(clean, finite) is None
     assert phase_with(clean, finite.at[2, 1].set(-jnp.inf)) == "env.obs"
     assert phase_with({"n": jnp.int32(1)}, finite.astype(jnp.int32)) is None
+
+
+@pytest.mark.parametrize("learning, flagged", [(1.0, 1), (0.0, -1)])
+def test_an_idle_phases_nan_metrics_are_not_flagged_and_a_working_ones_are(learning, flagged):
+    """`train/learning` 0 (off-policy warm-up: nothing computed) makes the other train
+    metrics NaN by meaning; once it is 1 a NaN loss is the guard's to report."""
+    from jaxrl_engine.core.nan_guard import nan_guard
+
+    def phase(state):
+        return state, {"train/learning": jnp.float32(learning), "train/loss": jnp.float32("nan")}
+
+    _, metrics = jax.jit(nan_guard("train")(phase))(jnp.zeros(()))
+    assert int(metrics["guard/train"]) == flagged  # 1: "train/loss", after "train/learning"
