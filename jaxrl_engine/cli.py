@@ -231,10 +231,13 @@ def _train(args: argparse.Namespace) -> int:
         except RunDirError as e:
             return _fail(f"cannot resume: {e}", EXIT_BAD_INPUT)
     try:
-        from jaxrl_engine.io.config import load_config, load_distributed
+        from jaxrl_engine.io.config import check_structure, load_config, load_distributed
 
         # A process of a multi-process job joins it before anything starts JAX (validating
-        # the config does); a resumed run takes its `distributed.*` from the command line.
+        # the config does; its keys and values are checked first, without JAX); a resumed
+        # run takes its `distributed.*` from the command line.
+        if args.resume is None:
+            check_structure(config, overrides)
         _join(load_distributed(config, overrides))
         if args.resume is not None:
             from jaxrl_engine.compose import resume

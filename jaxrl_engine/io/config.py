@@ -816,6 +816,16 @@ def load_distributed(
         raise ConfigError(_format(e)) from None
 
 
+def check_structure(path: str | Path | None = None, overrides: list[str] | None = None) -> None:
+    """`load_config`'s first validation alone (keys, types, values and sizes; no env, no
+    JAX): a process of a multi-process job answers these errors before it joins the job."""
+    raw = apply_overrides(read_config(path), list(overrides or []))
+    try:
+        Config.model_validate(raw, context={_STRUCTURE_ONLY: True})
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None
+
+
 class _DistributedOnly(Strict):
     distributed: DistributedConfig
 

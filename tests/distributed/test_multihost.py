@@ -243,6 +243,7 @@ def test_launch_stops_and_reports_a_failing_job(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "unknown config key 'bogus'" in proc.stderr
     assert "exited with status 2" in proc.stderr
+    assert "process 0 of 2" not in proc.stderr  # refused before joining the job
 
 
 def test_a_terminal_ctrl_c_stops_a_launched_job_once_with_a_checkpoint(tmp_path):
