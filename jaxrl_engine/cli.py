@@ -70,11 +70,21 @@ def _join(settings: Any) -> None:
     from jaxrl_engine.distributed.multihost import join
 
     out = sys.stdout
-    if join(settings) and out is sys.__stdout__ and out is not None:
-        out.flush()
-        real = os.dup(1)
-        os.dup2(2, 1)
-        sys.stdout = os.fdopen(real, "w", buffering=1, encoding="utf-8")
+    if out is not sys.__stdout__ or out is None:  # (not the process's own stdout)
+        join(settings)
+        return
+    out.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)  # from before the job's backend starts, whenever Gloo connects
+    joined = False
+    try:
+        joined = join(settings)
+    finally:
+        if not joined:  # one process (or no job joined): stdout as it was
+            os.dup2(real, 1)
+            os.close(real)
+    if joined:
+        sys.stdout = os.fdopen(real, "w", buffering=1, encoding=out.encoding)
 
 
 def _print_json(summary: dict[str, Any]) -> None:

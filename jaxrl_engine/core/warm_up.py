@@ -34,7 +34,7 @@ def compile_phase(name: str, fn: Any, *args: Any) -> tuple[Any, dict[str, float]
         notes = "".join(
             f" ({note})"
             for note in dict.fromkeys(getattr(e, "__notes__", []))
-            if note.startswith("raised while tracing phase")  # (not JAX's traceback notes)
+            if note.startswith("raised in phase")  # (not JAX's traceback notes)
         )
         raise ShapeMismatchError(
             f"warm_up: phase '{name}' failed to compile: {type(e).__name__}: {e}{notes}"
@@ -112,12 +112,15 @@ def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
     """`env` keeps the `Env` protocol (`core/protocols.py`) for `spec`, or `ShapeMismatchError`
     naming the env, the method and the output: `reset` and `step` traced once for `n` envs
     (nothing runs), before the engine traces its phases (whose errors would name a scan
-    carry or a layer instead)."""
+    carry or a layer instead). The engine builds do not call it for its own adapters
+    (`engine_adapter = True`: gymnax, Brax, gymnasium, EnvPool), which tests check with it: a
+    Brax step takes seconds to trace."""
     from jaxrl_engine.core.phases import env_keys, reset_batch, step_batch
 
     check_env_methods(env)
     name = f"env {type(env).__name__} ({spec.env_id})"
-    want = jax.ShapeDtypeStruct((n, *spec.obs_shape), spec.obs_dtype)
+    # (float64 in a spec is float32 with JAX's 64-bit mode off, as the env's arrays are)
+    want = jax.ShapeDtypeStruct((n, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
 
     def traced(method: str, fn: Any, *args: Any) -> Any:
         try:

@@ -89,6 +89,8 @@ def _mujoco_warnings_as_python_warnings() -> Any:
 class BraxEnv:
     """A Brax env by name (`brax.envs.get_environment`), with an episode limit and auto-reset."""
 
+    engine_adapter = True  # its protocol is tested, not traced at each build
+
     def __init__(self, env_id: str, params: dict[str, Any] | None = None):
         envs = _brax_envs()
         if env_id not in envs._envs:

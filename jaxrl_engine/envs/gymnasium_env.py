@@ -113,6 +113,8 @@ class GymnasiumEnv:
     vectorization: "sync" (one process) or "async" (a spawned subprocess per env: a custom env
     must be importable there, e.g. registered by a module the child imports)."""
 
+    engine_adapter = True  # its protocol is tested, not traced at each build
+
     batched = True
     image_layout = "hwc"  # gymnasium's image observations are [H, W, C]
 

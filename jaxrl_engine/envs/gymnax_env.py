@@ -27,6 +27,8 @@ def available_env_ids() -> list[str]:
 class GymnaxEnv:
     """A gymnax env with its params bound; `step`/`reset` follow gymnax 1.0 exactly."""
 
+    engine_adapter = True  # its protocol is tested, not traced at each build
+
     def __init__(self, env_id: str, param_overrides: dict[str, Any] | None = None):
         if env_id in _EXCLUDED:
             raise ValueError(f"env id {env_id!r} is not supported: {_EXCLUDED[env_id]}")
@@ -86,6 +88,12 @@ class GymnaxEnv:
         return self.env.step(key, state, action, params)
 
     def spec(self, params: Any) -> EnvSpec:
+        # Concrete even when called while a phase is traced (the misc envs compute their
+        # action bounds with jnp, which a trace would stage).
+        with jax.ensure_compile_time_eval():
+            return self._spec(params)
+
+    def _spec(self, params: Any) -> EnvSpec:
         obs_space = self.env.observation_space(params)
         act_space = self.env.action_space(params)
         if isinstance(act_space, spaces.Discrete):

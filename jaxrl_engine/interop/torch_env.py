@@ -117,7 +117,7 @@ class TorchCartPole:
 
 def check_sim_obs(spec: EnvSpec, sim: TorchBatchSim, where: str, obs: Any) -> None:
     """ValueError unless `obs` is a tensor `[sim.num_envs, *obs_shape]` of the spec's dtype."""
-    want = ((sim.num_envs, *spec.obs_shape), str(np.dtype(spec.obs_dtype)))
+    want = ((sim.num_envs, *spec.obs_shape), str(jax.dtypes.canonicalize_dtype(spec.obs_dtype)))
     got = (tuple(getattr(obs, "shape", ())), str(getattr(obs, "dtype", type(obs).__name__)))
     if (got[0], got[1].removeprefix("torch.")) != want:
         raise ValueError(

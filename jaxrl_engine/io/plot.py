@@ -311,9 +311,10 @@ def plot_runs(
         ax.grid(alpha=0.3)
     # Below both panels (long labels would squeeze the axes inside one of them).
     handles, labels = by_steps.get_legend_handles_labels()
-    fig.legend(
-        handles, labels, loc="outside lower center", ncols=min(2, len(labels)), fontsize="small"
-    )
+    if labels:
+        fig.legend(
+            handles, labels, loc="outside lower center", ncols=min(2, len(labels)), fontsize="small"
+        )
     fig.suptitle(metric)
     if out is not None:
         import matplotlib

@@ -113,7 +113,8 @@ def _warn_misspelled(hook: HostHook) -> None:
     driver never calls it."""
     known = [name for name in vars(HostHook) if not name.startswith("_")]
     for name in dir(type(hook)):
-        if name.startswith("_") or name in known:
+        hooky = name.startswith(("on_", "after_", "next_"))  # (not `closed`, `records`, ...)
+        if not hooky or name in known or not callable(getattr(type(hook), name)):
             continue
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
         if close:
@@ -300,7 +301,9 @@ class Driver:
                 self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
         except Exception as e:
-            if started and run.status == "running":  # not a NaN stop: its summary is written
+            # Once training started (a refusal before it, e.g. of a finished run's resume,
+            # changes nothing); not after a NaN stop, whose summary is written.
+            if run.train_start is not None and run.status == "running":
                 _summary_of_failure(run, state, hooks, e)
             raise
         finally:

@@ -5,12 +5,16 @@ Every shipped gymnax env passes the same check."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import struct
 
 import jaxrl_engine as jre
+from jaxrl_engine.compose import make_configured_env
 from jaxrl_engine.core.warm_up import ShapeMismatchError, check_env
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
 from jaxrl_engine.io.config import GYMNAX_ENV_IDS
@@ -151,12 +155,43 @@ def test_the_chain_itself_builds_and_a_shape_given_as_a_list_is_a_tuple(cfg):
     assert spec.obs_shape == (5,) and spec.action.shape == ()
 
 
-def test_every_gymnax_env_returns_what_its_spec_says():
+def test_a_float64_spec_is_float32_as_the_observations_are(cfg):
+    """With JAX's 64-bit mode off a float64 spec (a Box space's dtype copied) means float32."""
+    spec = Chain().spec(Params())
+    wide = broken(spec=lambda self, p: dataclasses.replace(spec, obs_dtype=np.float64))
+    jre.build(cfg, env=wide)
+
+
+def test_every_gymnax_env_returns_what_its_spec_says_and_builds(cfg):
     """bsuite's Catch said int32 (its space) and returned float32 observations, which the
-    exported policy's meta.json then recorded."""
+    exported policy's meta.json then recorded; the misc envs' spec, read while a phase was
+    traced, staged their action bounds (PointRobot, Reacher and Swimmer could not build)."""
     for env_id in GYMNAX_ENV_IDS:
         env = GymnaxEnv(env_id)
         check_env(env, env.params, env.spec(env.params), 2)
+        jre.build(cfg.model_copy(update={"env": cfg.env.model_copy(update={"id": env_id})}))
     assert GymnaxEnv("Catch-bsuite").spec(GymnaxEnv("Catch-bsuite").params).obs_dtype == (
         jnp.float32
     )
+
+
+@pytest.mark.parametrize(
+    "suite, env_id",
+    [
+        ("gymnasium", "CartPole-v1"),
+        ("gymnasium", "Pendulum-v1"),
+        ("envpool", "CartPole-v1"),
+        ("brax", "inverted_pendulum"),
+    ],
+)
+def test_the_engines_host_and_brax_adapters_keep_the_protocol(suite, env_id):
+    """Builds skip the protocol trace for the engine's own adapters (a Brax step takes seconds
+    to trace); this is where they are checked."""
+    pytest.importorskip(suite)
+    cfg = jre.load_config(None, [f"env.suite={suite}", f"env.id={env_id}", "env.num_envs=2"])
+    env = make_configured_env(cfg)
+    assert env.engine_adapter
+    try:
+        check_env(env, env.params, env.spec(env.params), 2)
+    finally:
+        getattr(env, "close", lambda: None)()

@@ -4,6 +4,7 @@ error naming the argument (or the phase, the metric, the field) at fault."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -237,6 +238,19 @@ def test_a_host_hook_method_named_almost_as_the_drivers_is_warned_about(built):
     with pytest.warns(UserWarning, match=r"method 'on_record'.*did you mean 'on_records'"):
         jre.Driver(cfg, host_hooks=[Typo()])
 
+    class Fine(jre.HostHook):  # names like the driver's that are not hook methods
+        records: list = []  # noqa: RUF012
+
+        def closed(self):
+            pass
+
+        def restart(self):
+            pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jre.Driver(cfg, host_hooks=[Fine()])
+
 
 def test_a_hook_that_returns_no_phase_and_a_phase_with_list_metrics_are_named(built):
     cfg, engine, state, _ = built
@@ -284,5 +298,5 @@ def test_a_bundle_function_failing_while_traced_is_named_by_its_phase(built):
         return algo.update_dataset(train_state, buffer, key, hparams)[:2]
 
     bad = jre.build(cfg, env=engine.env, algorithm=algo._replace(update_dataset=update_dataset))
-    with pytest.raises(jre.ShapeMismatchError, match=r"raised while tracing phase 'update_da"):
+    with pytest.raises(jre.ShapeMismatchError, match=r"raised in phase 'update_da"):
         bad.warm_up(bad.init(jax.random.key(0)), phases=["epochs"])
