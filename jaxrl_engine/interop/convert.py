@@ -174,6 +174,9 @@ def _unsupported(what: str) -> UnsupportedModuleError:
     )
 
 
+# Tensor attributes the graph may read (x.shape[0], ...): the same on a JAX array.
+_ATTRIBUTES = ("shape", "ndim", "T")
+
 # Tensor methods the graph may call (x.view(...), x.relu(), ...): name -> f(x, *args, **kwargs).
 _METHODS: dict[str, Callable[..., Any]] = {
     "size": lambda x, dim=None: x.shape if dim is None else x.shape[dim],
@@ -216,7 +219,7 @@ def _operation_names() -> list[str]:
             names.add(f"torch.{name}")
         else:
             names.add(f"F.{name}")
-    return sorted(names) + [f".{m}()" for m in sorted(_METHODS)]
+    return sorted(names) + [f".{m}()" for m in sorted(_METHODS)] + [f".{a}" for a in _ATTRIBUTES]
 
 
 def _flat(x: jax.Array, start_dim: int = 0, end_dim: int = -1) -> jax.Array:
@@ -307,6 +310,13 @@ def _traced(module: torch.nn.Module, prefix: str) -> Layer:
             if node.target not in module.state_dict():
                 raise _unsupported(f"the attribute {node.target!r} of module {where}")
             steps.append((node, lambda p, _name=f"{prefix}{node.target}": p[_name], (), {}))
+        elif node.op == "call_function" and node.target is getattr:  # x.shape, x.ndim, x.T
+            name = node.args[1] if len(node.args) == 2 else None
+            if name not in _ATTRIBUTES:
+                raise _unsupported(
+                    f"the tensor attribute {name!r} in the forward of module {where}"
+                )
+            steps.append((node, lambda p, x, _name=name: getattr(x, _name), node.args[:1], {}))
         elif node.op == "call_function" and node.target in functions:
             fn = functions[node.target]
             steps.append((node, lambda p, *a, _fn=fn, **k: _fn(*a, **k), node.args, node.kwargs))

@@ -495,8 +495,8 @@ def _check_module(
     out_dim: int,
     wanted: str,
 ) -> None:
-    """Run `module` once (eval mode, no grad) on a batch of two observations: it must hold
-    float32 weights, accept the env's observations and output `[2, out_dim]`."""
+    """Run `module` (eval mode, no grad) on batches of two and three observations: it must
+    hold float32 weights, accept the env's observations and output `[batch, out_dim]`."""
     import torch
 
     weights = list(float_state(module).values())
@@ -523,6 +523,12 @@ def _check_module(
             f"{what} does not accept {env}'s observations of shape {tuple(obs_shape)}"
             f"{_expected_input(module)}: torch raised {first_line(e)}"
         ) from None
+    else:
+        try:  # the batch size is not written into forward
+            with torch.no_grad():
+                y3: Any = module(probe_batch(obs_shape, 3))
+        except Exception as e:
+            y3 = f"raises {first_line(e)}"
     finally:
         module.train(training)
     if not isinstance(y, torch.Tensor):
@@ -533,15 +539,22 @@ def _check_module(
         else:
             got = f"outputs shape {list(y.shape)} for a batch of 2 observations, not [2, {out_dim}]"
         raise TorchPolicyError(f"{what} {got}; {wanted}")
+    if not isinstance(y3, torch.Tensor) or tuple(y3.shape) != (3, out_dim):
+        got = y3 if isinstance(y3, str) else f"outputs shape {list(getattr(y3, 'shape', []))}"
+        raise TorchPolicyError(
+            f"{what} works on a batch of 2 observations but on 3 {got}, not [3, {out_dim}]: "
+            "its output must follow the batch size (a batch size written into forward, e.g. "
+            "x.view(2, -1)? use x.flatten(1))"
+        )
 
 
-def probe_batch(obs_shape: tuple[int, ...]) -> torch.Tensor:
-    """Two fixed, distinct observations (a module that only handles a batch of one, or mixes
+def probe_batch(obs_shape: tuple[int, ...], n: int = 2) -> torch.Tensor:
+    """`n` fixed, distinct observations (a module that only handles a batch of one, or mixes
     the batch, shows on them)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
-    return torch.randn((2, *obs_shape), generator=generator)
+    return torch.randn((n, *obs_shape), generator=generator)
 
 
 def check_translation(module: torch.nn.Module, fn: TorchFunction, what: str, obs_shape) -> None:

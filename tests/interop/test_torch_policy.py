@@ -171,9 +171,27 @@ class TorchFunctions(nn.Module):
         return torch.log_softmax(torch.softmax(torch.matmul(h, self.w), dim=-1), -1)
 
 
+class ShapeFlatten(nn.Module):
+    """A CNN's usual flatten, `x.view(x.shape[0], -1)`: the tensor's `.shape` read."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.lin = nn.Linear(4 * 3 * 3, 2)
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.lin(h.view(h.shape[0], -1)) * x.ndim
+
+
 @pytest.mark.parametrize(
     ("module", "shape"),
-    [(Residual, (5, 4)), (ChannelsLastConv, (2, 5, 5, 3)), (TorchFunctions, (5, 4))],
+    [
+        (Residual, (5, 4)),
+        (ChannelsLastConv, (2, 5, 5, 3)),
+        (TorchFunctions, (5, 4)),
+        (ShapeFlatten, (2, 3, 5, 5)),
+    ],
 )
 def test_a_module_whose_forward_composes_layers_takes_the_fast_path(module, shape):
     torch.manual_seed(0)
@@ -195,6 +213,15 @@ class Sorting(nn.Module):
         return torch.sort(self.lin(x)).values
 
 
+class DeviceOf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).to(x.device)
+
+
 class Branching(nn.Module):
     def __init__(self):
         super().__init__()
@@ -209,6 +236,7 @@ class Branching(nn.Module):
     [
         (Sorting, "the function 'sort' in the forward of module <root> (Sorting)"),
         (Branching, "module <root> (Branching), whose forward torch.fx cannot trace"),
+        (DeviceOf, "the tensor attribute 'device' in the forward of module <root> (DeviceOf)"),
     ],
 )
 def test_the_first_operation_the_fast_path_cannot_run_is_named(module, named):

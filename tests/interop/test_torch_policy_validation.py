@@ -258,6 +258,21 @@ def one_at_a_time(in_shape, out_dim, out_scale):
     return OneAtATime(in_shape[0], out_dim)
 
 
+class BatchOfTwo(nn.Module):
+    """Its batch size written into forward: right on two observations only."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x):
+        return self.lin(x.view(2, -1))
+
+
+def batch_of_two(in_shape, out_dim, out_scale):
+    return BatchOfTwo(in_shape[0], out_dim)
+
+
 def half(in_shape, out_dim, out_scale):
     return plain(in_shape, out_dim, out_scale).half()
 
@@ -273,6 +288,15 @@ def test_a_fast_path_translation_that_differs_from_torch_is_refused(capsys, tmp_
 
 def test_a_module_that_takes_one_observation_at_a_time_is_refused(capsys, tmp_path):
     refuse(capsys, tmp_path, f"{HERE}:one_at_a_time", expected=("the torch actor",))
+
+
+def test_a_module_with_a_batch_size_in_its_forward_is_refused(capsys, tmp_path):
+    refuse(
+        capsys,
+        tmp_path,
+        f"{HERE}:batch_of_two",
+        expected=("works on a batch of 2 observations but on 3 raises", "x.flatten(1)"),
+    )
 
 
 def test_a_half_precision_module_is_refused_naming_the_dtype(capsys, tmp_path):
