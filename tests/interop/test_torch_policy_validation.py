@@ -243,34 +243,23 @@ def in_place(in_shape, out_dim, out_scale):
     return InPlace(in_shape[0], out_dim)
 
 
-class OneAtATime(nn.Module):
-    """Works for a batch of one observation only (`view(1, -1)`)."""
+class FixedBatch(nn.Module):
+    """Its batch size written into forward (`view(batch, -1)`): right for that batch only."""
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, in_dim: int, out_dim: int, batch: int):
         super().__init__()
-        self.lin = nn.Linear(in_dim, out_dim)
+        self.lin, self.batch = nn.Linear(in_dim, out_dim), batch
 
     def forward(self, x):
-        return self.lin(x.view(1, -1))
+        return self.lin(x.view(self.batch, -1))
 
 
 def one_at_a_time(in_shape, out_dim, out_scale):
-    return OneAtATime(in_shape[0], out_dim)
-
-
-class BatchOfTwo(nn.Module):
-    """Its batch size written into forward: right on two observations only."""
-
-    def __init__(self, in_dim: int, out_dim: int):
-        super().__init__()
-        self.lin = nn.Linear(in_dim, out_dim)
-
-    def forward(self, x):
-        return self.lin(x.view(2, -1))
+    return FixedBatch(in_shape[0], out_dim, 1)
 
 
 def batch_of_two(in_shape, out_dim, out_scale):
-    return BatchOfTwo(in_shape[0], out_dim)
+    return FixedBatch(in_shape[0], out_dim, 2)
 
 
 def half(in_shape, out_dim, out_scale):
