@@ -371,9 +371,8 @@ class Engine:
         done = jnp.zeros((self.num_envs,), bool)
         env = EnvCarry(state=env_state, obs=obs, done=done, explore=explore)
         stats = EpisodeStats.zeros(self.num_envs)
-        check_policy(
-            acting, obs, self.spec, algo
-        )  # before the rollout gives its actions to the env
+        # The policy's actions fit the env before the rollout gives them to it.
+        check_policy(acting, obs, self.spec, algo)
         trajectory = jax.eval_shape(lambda: self.builder.collect(acting, env, stats, k_run)[2])
         buffer = algo.init_buffer(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory))
         batch_shape = jax.eval_shape(

@@ -135,14 +135,14 @@ def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
         got = getattr(obs, "shape", None), getattr(obs, "dtype", None)
         if got != (want.shape, want.dtype):
             raise ShapeMismatchError(
-                f"{name}: {where} has shape {got[0]} and dtype {got[1]}; its spec says "
-                f"{want.shape} {want.dtype} ({n} envs x spec.obs_shape, spec.obs_dtype)"
+                f"{name}: {where} gives observations of shape {got[0]} and dtype {got[1]}; its "
+                f"spec says {want.shape} {want.dtype} ({n} envs x spec.obs_shape, obs_dtype)"
             )
 
     out = traced("reset(key, params)", lambda k: reset_batch(env, k, params, n), jax.random.key(0))
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ShapeMismatchError(f"{name}: reset(key, params) returns (obs, state), not {out}")
-    check_obs("the obs reset() returns", out[0])
+    check_obs("reset()", out[0])
     state = out[1]
     action = jax.ShapeDtypeStruct((n, *spec.action.shape), spec.action.dtype)
     keys = jax.eval_shape(lambda: env_keys(env, jax.random.split(jax.random.key(0), 1), n)[0])
@@ -160,7 +160,7 @@ def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
             f"terminated, truncated, info), not {got}"
         )
     obs, new_state, reward, terminated, truncated, info = out
-    check_obs("the obs step() returns", obs)
+    check_obs("step()", obs)
     before = jax.tree_util.tree_flatten_with_path(state)
     after = jax.tree_util.tree_flatten_with_path(new_state)
     if before[1] != after[1]:  # type: ignore[operator]

@@ -82,12 +82,12 @@ def wrap_step(change):
 CASES = {
     "obs dtype from step": (
         {"step": wrap_step(lambda o, s, r, te, tr, i: (o.astype(jnp.int32), s, r, te, tr, i))},
-        r"env Chain \(Chain\): the obs step\(\) returns has shape \(4, 5\) and dtype int32; its "
-        r"spec says \(4, 5\) float32",
+        r"env Chain \(Chain\): step\(\) gives observations of shape \(4, 5\) and dtype int32; "
+        r"its spec says \(4, 5\) float32",
     ),
     "obs shape from reset": (
         {"reset": lambda self, k, p: (Chain.reset(self, k, p)[0][:3], Chain.reset(self, k, p)[1])},
-        r"the obs reset\(\) returns has shape \(4, 3\)",
+        r"reset\(\) gives observations of shape \(4, 3\)",
     ),
     "state dtype": (
         {
@@ -124,7 +124,7 @@ CASES = {
                 max_episode_steps=20,
             )
         },
-        r"has shape \(4, 5\) and dtype float32; its spec says \(4, 5\) uint8",
+        r"of shape \(4, 5\) and dtype float32; its spec says \(4, 5\) uint8",
     ),
     "no step": ({"step": None}, r"env Chain has no step\(\) method"),
     "no spec": ({"spec": None}, r"env Chain has no spec\(\) method"),
