@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -29,9 +30,13 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
     with np.load(directory / "params.npz") as data:
         params = {name: data[name] for name in data.files}
     obs_dtype = np.dtype(meta["obs_dtype"])
+    no_actions = jnp.zeros((0, *meta["action_shape"]), meta["action_dtype"])
 
     def act(params: dict[str, Any], obs: Any) -> Any:
         """obs: [batch, *obs_shape] -> action: [batch, *action_shape] (a jax.Array)."""
-        return exported.call(params, np.asarray(obs, obs_dtype))
+        obs = np.asarray(obs, obs_dtype)
+        if obs.ndim and obs.shape[0] == 0:  # (the graph's batch dimension is >= 1)
+            return no_actions
+        return exported.call(params, obs)
 
     return act, params

@@ -69,6 +69,7 @@ JAX_USER = """
     act, params = policy.load()
     obs = np.load(sys.argv[2])
     np.save(sys.argv[3], np.asarray(act(params, obs)))
+    assert act(params, obs[:0]).shape == (0, *act(params, obs[:1]).shape[1:])  # an empty batch
     training = ("jaxrl_engine", "flax", "optax", "gymnax")
     print(sorted(m for m in sys.modules if m.split(".")[0] in training))
 """
