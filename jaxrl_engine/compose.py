@@ -61,9 +61,8 @@ def make_algorithm(cfg: Config, spec: EnvSpec) -> Algorithm:
     from jaxrl_engine.interop.torch_learner import with_torch_learner
     from jaxrl_engine.interop.torch_policy import build_torch_policy
 
-    network = build_torch_policy(
-        torch_cfg, spec, algo.hidden_sizes, algo.activation, conv=algo.conv(spec)
-    )
+    conv = None if torch_cfg.critic == "torch" else algo.conv(spec)  # (the flax critic's)
+    network = build_torch_policy(torch_cfg, spec, algo.hidden_sizes, algo.activation, conv=conv)
     algorithm = algo.build(spec, cfg.env.num_envs, epochs, network=network)
     if torch_cfg.learner == "torch":
         grad_steps = epochs * algorithm.grad_steps_per_epoch

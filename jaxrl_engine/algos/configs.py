@@ -122,8 +122,11 @@ class PPOConfig(Strict):
         )
 
     def check_observations(self, spec: EnvSpec) -> None:
-        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
-        self.conv(spec)
+        """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env (not
+        checked when both networks come from a torch factory: no flax torso is built, as
+        algo.cnn.* is not read with algo.torso=mlp)."""
+        if self.torch_policy is None or self.torch_policy.critic != "torch":
+            self.conv(spec)
 
     def conv(self, spec: EnvSpec) -> ConvSpec | None:
         """The CNN torso's conv layers for `spec` (None: MLPs alone), from algo.torso/cnn."""

@@ -223,3 +223,14 @@ def test_the_shipped_minatar_config_with_the_cnn_trains_a_few_epochs_with_finite
 
 def test_dqn_with_the_cnn_trains_a_few_epochs_with_finite_losses():
     _finite_epochs(jre.build(jre.load_config(None, [*TINY_DQN, "total_env_steps=96"])), 3)
+
+
+def test_cnn_settings_that_no_network_uses_are_not_checked():
+    """With both networks from a torch factory no flax torso is built: `algo.cnn.*` is not
+    read (as with algo.torso=mlp), so an 11x11 kernel on a 10x10 image is not refused."""
+    base = ["env.id=Breakout-MinAtar", "algo.cnn.kernels=[11]"]
+    torch_both = ["algo.torch_policy.factory=torch_nets:cnn", "algo.torch_policy.critic=torch"]
+    jre.load_config(None, [*base, *torch_both, "algo.torso=cnn"])
+    jre.load_config(None, [*base, "algo.torso=mlp"])
+    with pytest.raises(jre.ConfigError, match="algo.cnn.kernels"):  # the flax critic's torso
+        jre.load_config(None, [*base, "algo.torch_policy.factory=torch_nets:cnn", "algo.torso=cnn"])
