@@ -232,5 +232,5 @@ def test_cnn_settings_that_no_network_uses_are_not_checked():
     torch_both = ["algo.torch_policy.factory=torch_nets:cnn", "algo.torch_policy.critic=torch"]
     jre.load_config(None, [*base, *torch_both, "algo.torso=cnn"])
     jre.load_config(None, [*base, "algo.torso=mlp"])
-    with pytest.raises(jre.ConfigError, match="algo.cnn.kernels"):  # the flax critic's torso
+    with pytest.raises(jre.ConfigError, match=r"algo\.cnn\.kernels"):  # the flax critic's torso
         jre.load_config(None, [*base, "algo.torch_policy.factory=torch_nets:cnn", "algo.torso=cnn"])
