@@ -66,7 +66,7 @@ def _checked(name: str, phase: Phase) -> Phase:
     def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
         try:
             out = phase(state)
-        except Exception as e:  # (the compile error then says which phase was being traced)
+        except Exception as e:  # a compile error names only its program: name the phase
             e.add_note(f"raised in phase '{name}'")
             raise
         if not (isinstance(out, tuple) and len(out) == 2):

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl_engine.core.phases import env_keys, reset_batch, step_batch
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 from jaxrl_engine.core.state import EngineState
 
@@ -115,8 +116,6 @@ def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
     carry or a layer instead). The engine builds do not call it for its own adapters
     (`engine_adapter = True`: gymnax, Brax, gymnasium, EnvPool), which tests check with it: a
     Brax step takes seconds to trace."""
-    from jaxrl_engine.core.phases import env_keys, reset_batch, step_batch
-
     check_env_methods(env)
     name = f"env {type(env).__name__} ({spec.env_id})"
     # (float64 in a spec is float32 with JAX's 64-bit mode off, as the env's arrays are)
