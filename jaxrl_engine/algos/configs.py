@@ -9,6 +9,7 @@ modules re-export their config classes (`jaxrl_engine.algos.ppo.PPOConfig` is th
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -257,6 +258,23 @@ class OffPolicyConfig(Strict):
                 f" < total_env_steps={total_env_steps} (rounded up to {run_steps}, whole "
                 "epochs); raise algo.buffer_size or use algo.buffer_mode=circular"
             )
+        # The run's gradient steps: those of the epochs from the one whose rollout brings the
+        # buffer to learning_starts transitions on (the same epoch's train learns).
+        first = max(-(-self.learning_starts // per_epoch), 1)
+        most = (epochs - first + 1) * round(grad_steps)
+        for key, interval, what in self.step_intervals():
+            if interval > most:  # a smoke run may mean it: said, not refused
+                warnings.warn(
+                    f"algo.{key}={interval} > the run's {most} gradient steps (the epochs "
+                    f"after algo.learning_starts={self.learning_starts} x algo.train_ratio * "
+                    f"algo.num_steps * env.num_envs): {what} will never be updated; lower "
+                    f"algo.{key} or raise total_env_steps",
+                    stacklevel=2,
+                )
+
+    def step_intervals(self) -> list[tuple[str, int, str]]:
+        """(key, interval in gradient steps, what it updates) the run must reach at least once."""
+        return []
 
     def replay(self, num_envs: int, num_epochs: int) -> Replay:
         """The static replay schedule of this config for `num_envs` envs and the run length."""
@@ -347,6 +365,9 @@ class DQNConfig(OffPolicyConfig):
     def check_observations(self, spec: EnvSpec) -> None:
         """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
         conv_spec(self.torso, self.cnn, spec)
+
+    def step_intervals(self) -> list[tuple[str, int, str]]:
+        return [("target_update_interval", self.target_update_interval, "the target network")]
 
     def hparams(self, spec: EnvSpec) -> DQNHParams:
         from jaxrl_engine.algos.dqn import DQNHParams
@@ -501,6 +522,9 @@ class TD3Config(ContinuousOffPolicyConfig):
     policy_delay: int = Field(
         2, gt=0, description="gradient steps per actor and target update (delayed updates)"
     )
+
+    def step_intervals(self) -> list[tuple[str, int, str]]:
+        return [("policy_delay", self.policy_delay, "the actor and the target networks")]
 
     def hparams(self, spec: EnvSpec) -> TD3HParams:
         from jaxrl_engine.algos.td3 import TD3HParams

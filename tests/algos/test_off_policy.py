@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,24 @@ def test_epoch_writes_the_replay_buffer_and_trains_after_warm_up(algo, tmp_path)
     assert int(state.buffer.size()) == 96
     assert int(state.train.schedule.grad_steps) == 2 * 8
     assert int(state.counters.env_steps) == 96
+
+
+def test_an_update_interval_longer_than_the_run_is_warned_about_with_the_runs_steps(tmp_path):
+    # 8 epochs of 32 env steps, learning from epoch 2 (learning_starts=64), 8 gradient steps
+    # each: 56 gradient steps. An interval of 57 never updates the target network; 56 does.
+    with pytest.warns(UserWarning, match=r"target_update_interval=57 > the run's 56 gradient"):
+        config("dqn", "algo.target_update_interval=57")
+    with pytest.warns(UserWarning, match=r"policy_delay=57 > the run's 56 gradient steps"):
+        jre.load_config(
+            None, ["algo.name=td3", "env.id=Pendulum-v1", *COMMON, "algo.policy_delay=57"]
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine = jre.build(config("dqn", "algo.target_update_interval=56", tmp_path=tmp_path))
+    state = engine.init(jax.random.key(0))
+    for _ in range(engine.num_epochs):
+        state, _ = engine.epoch(state)
+    assert int(state.train.schedule.grad_steps) == 56  # the count the warning names
 
 
 @pytest.mark.parametrize("algo", ["dqn", "sac"])
