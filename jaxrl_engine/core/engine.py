@@ -27,7 +27,7 @@ from jaxrl_engine.core.nan_guard import (
 )
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
 from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, move_to, placement_hooks
-from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder, reset_batch
+from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder, merge_metrics, reset_batch
 from jaxrl_engine.core.protocols import Algorithm, Env
 from jaxrl_engine.core.sharding import data_mesh, state_sharding
 from jaxrl_engine.core.state import (
@@ -425,7 +425,7 @@ class Engine:
         metrics: Metrics = {}
         for name in EPOCH_PHASES:
             state, m = self.pure_phases[name](state)
-            metrics.update(m)
+            merge_metrics(metrics, m, name)
         return state, metrics
 
     def pure_learn(self, state: EngineState) -> tuple[EngineState, Metrics]:
@@ -433,7 +433,7 @@ class Engine:
         metrics: Metrics = {}
         for name in EPOCH_PHASES[1:]:
             state, m = self.pure_phases[name](state)
-            metrics.update(m)
+            merge_metrics(metrics, m, name)
         return state, metrics
 
     def pure_epochs(

@@ -7,7 +7,7 @@ and any of them can be replaced by a user's own (`Engine(..., phases={...})`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,3 +303,15 @@ class PhaseBuilder:
 
     def phases(self) -> dict[str, Phase]:
         return {name: getattr(self, name) for name in PHASES}
+
+
+def merge_metrics(metrics: dict[str, Any], new: Mapping[str, Any], phase: str) -> None:
+    """`metrics` updated with phase `phase`'s; a key an earlier phase of the epoch returned is
+    a ValueError (one would silently replace the other in the epoch's logged metrics)."""
+    for key in new:
+        if key in metrics:
+            raise ValueError(
+                f"phase '{phase}' returned metric {key!r}, which an earlier phase of the epoch "
+                f"also returned: give each phase's metrics its own prefix ('{phase}/...')"
+            )
+    metrics.update(new)

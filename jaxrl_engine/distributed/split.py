@@ -29,6 +29,7 @@ from typing import Any
 import jax
 
 from jaxrl_engine.core.nan_guard import GUARDED_STATE, MAY_BE_NAN, check_guards, nan_guard
+from jaxrl_engine.core.phases import merge_metrics
 from jaxrl_engine.core.state import EngineState, Metrics
 
 ACTOR_STREAM = 0xAC7  # fold_in constant: the actor's own PRNG stream
@@ -59,7 +60,7 @@ def split_functions(engine: Any) -> tuple[Any, Any]:
         metrics: Metrics = {}
         for name in LEARNER_PHASES:
             state, m = engine.pure_phases[name](state)
-            metrics.update(m)
+            merge_metrics(metrics, m, name)
         return state, metrics
 
     return jax.jit(act, donate_argnums=(1, 2)), jax.jit(learn, donate_argnums=0)

@@ -26,7 +26,7 @@ import numpy as np
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.hooks import chain
 from jaxrl_engine.core.nan_guard import check_guards
-from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.protocols import EnvSpec
 from jaxrl_engine.core.timing import timed
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
@@ -284,10 +284,11 @@ class TorchSimRollout:
 
         Each phase is timed into `engine.timer` (so `engine.timing_summary()` covers it).
         """
-        state, metrics = timed("rollout", self.engine.timer)(self.rollout)(state)
+        state, rolled = timed("rollout", self.engine.timer)(self.rollout)(state)
+        metrics = dict(rolled)
         for name in EPOCH_PHASES[1:]:
             state, m = self.engine.timed_call(name, state)
-            metrics = {**metrics, **m}
+            merge_metrics(metrics, m, name)
         return state, metrics
 
     def evaluate(self, state: EngineState, sim: TorchBatchSim, max_steps: int) -> float:

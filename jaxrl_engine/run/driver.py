@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
-from jaxrl_engine.core.phases import EPOCH_PHASES
+from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
@@ -361,11 +361,12 @@ class Driver:
         cfg, start_epoch, total = self.cfg, run.done, run.total
         began = time.perf_counter()
         if cfg.profile:  # one epoch, each phase its own timed call
-            n, metrics = 1, {}
+            n = 1
+            metrics: dict[str, Any] = {}
             for name in EPOCH_PHASES:
                 with _host_errors(engine):
                     state, m = engine.timed_call(name, state)
-                metrics.update(m)
+                merge_metrics(metrics, m, name)
             state = jax.device_put(state, engine.state_sharding)
             rows = [metrics]
         else:

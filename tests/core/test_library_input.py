@@ -84,6 +84,26 @@ def test_a_non_scalar_metric_is_refused_when_traced_naming_the_phase_and_key(bui
         jax.eval_shape(hooked.pure_epoch, state)
 
 
+def test_a_metric_key_two_phases_return_is_named_not_overwritten(built):
+    cfg, engine, state, _ = built
+
+    def loss_in_rollout(phase):  # PPO's train phase returns "train/loss" too
+        def hooked(s):
+            s, metrics = phase(s)
+            return s, {**metrics, "train/loss": jnp.float32(0.0)}
+
+        return hooked
+
+    clash = jre.build(
+        cfg, env=engine.env, algorithm=engine.algo, hooks={"rollout": [loss_in_rollout]}
+    )
+    message = r"phase 'train' returned metric 'train/loss', which an earlier phase"
+    with pytest.raises(ValueError, match=message):
+        jax.eval_shape(clash.pure_epoch, state)
+    with pytest.raises(ValueError, match=message):
+        clash.warm_up(state, phases=["epochs"])
+
+
 def test_a_replaced_phase_that_changes_the_states_shapes_is_named(built):
     cfg, engine, state, _ = built
 
