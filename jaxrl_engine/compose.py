@@ -28,6 +28,7 @@ from jaxrl_engine.core.state import EngineState, Metrics, Phase
 from jaxrl_engine.core.train import make_train as make_engine_train
 from jaxrl_engine.core.warm_up import check_env_methods
 from jaxrl_engine.distributed.mesh import sweep_mesh, train_mesh
+from jaxrl_engine.distributed.multihost import check_same_config
 from jaxrl_engine.distributed.sweep import SweepPrograms, plan_sweep
 from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
@@ -110,6 +111,7 @@ def build(
             f"build: cfg is a {type(cfg).__name__}; give a Config: jre.load_config(path, "
             "overrides) (path None: the default config)"
         )
+    check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
     configure_compile_cache(cfg.compile_cache_dir)
     env = env if env is not None else make_configured_env(cfg)
     host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
@@ -158,16 +160,18 @@ def build(
             f"env.suite={cfg.env.suite} steps its envs on the host: it runs on one device, "
             f"and the 'data' mesh has {mesh.size}"
         )
-    for key, n in (("env.num_envs", cfg.env.num_envs), ("eval.num_envs", cfg.eval.num_envs)):
-        if n % mesh.size:
-            raise ConfigError(
-                f"{key}={n} must be a multiple of the {mesh.size} devices of the 'data' mesh axis "
-                + (
-                    f"(mesh.data; the devices besides env.actor_device={cfg.env.actor_device})"
-                    if actor is not None
-                    else "(mesh.data)"
-                )
+    counts = (("env.num_envs", cfg.env.num_envs), ("eval.num_envs", cfg.eval.num_envs))
+    uneven = [f"{key}={n}" for key, n in counts if n % mesh.size]
+    if uneven:
+        raise ConfigError(
+            f"{' and '.join(uneven)} must be multiples of the {mesh.size} devices of the 'data' "
+            "mesh axis "
+            + (
+                f"(mesh.data; the devices besides env.actor_device={cfg.env.actor_device})"
+                if actor is not None
+                else "(mesh.data; mesh.data=1 runs on one device)"
             )
+        )
     if algorithm is None:
         check_env_methods(env, params=True)
         try:
@@ -453,6 +457,7 @@ def resume_sweep(
 
 def _sweep_driver(cfg: Config, groups: list[list[Any]], spec: dict[str, Any]) -> SweepDriver:
     """Every group's mesh and engine, checked before anything is compiled."""
+    check_same_config(spec, "sweep")  # (a multi-process job's processes)
     built = []
     for g, members in enumerate(groups):
         mesh = sweep_mesh(cfg.mesh, len(members))

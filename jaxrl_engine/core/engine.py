@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_engine.core.batching import one_key_at_a_time
 from jaxrl_engine.core.hooks import Hook, chain
@@ -26,7 +26,7 @@ from jaxrl_engine.core.nan_guard import (
     guarded_quantities,
 )
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
-from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, move_to, placement_hooks
+from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, placement_hooks
 from jaxrl_engine.core.phases import EPOCH_PHASES, PHASES, PhaseBuilder, merge_metrics, reset_batch
 from jaxrl_engine.core.protocols import Algorithm, Env
 from jaxrl_engine.core.sharding import data_mesh, state_sharding
@@ -322,11 +322,18 @@ class Engine:
         self.state_shape = jax.eval_shape(self._init, jax.random.key(0), algorithm.hparams)
         host_paths = OFFLOADED_BETWEEN_EPOCHS if offload else ()
         self.state_sharding = state_sharding(self.state_shape, self.mesh, num_envs, host_paths)
+        if any((hooks or {}).get(name) for name in EPOCH_PHASES):
+            # The user's hooks (`offload_after`, ...) may leave parts of the state in host
+            # memory after the epoch: between epochs they live there (the epochs' loop carries
+            # them so), as `offload: true`'s placement does.
+            self.state_sharding = self._placed_as_the_epoch_leaves_it(self.state_sharding)
+        kinds = {s.memory_kind for s in jax.tree.leaves(self.state_sharding)}
+        self.host_between_epochs = "pinned_host" in kinds
         check_state_fits(self.state_shape, self.state_sharding)  # before anything is compiled
         # Donating an input that lives in pinned_host memory corrupts the output buffers on
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
         # donates nothing; the driver drops the old state, which frees it just the same.
-        donate = () if offload else 0
+        donate = () if self.host_between_epochs else 0
         self.epoch = program(
             "epoch",
             jax.jit(
@@ -352,6 +359,18 @@ class Engine:
         self._init_jit = jax.jit(
             self._init, out_shardings=state_sharding(self.state_shape, self.mesh, num_envs)
         )
+
+    def _placed_as_the_epoch_leaves_it(self, sharding: Any) -> Any:
+        """`sharding` with the leaves that the hooked epoch returns in host memory there."""
+        traced = jax.make_jaxpr(self.pure_epoch)(self.state_shape)
+        leaves, treedef = jax.tree.flatten(sharding)
+        host = NamedSharding(self.mesh, PartitionSpec(), memory_kind="pinned_host")
+        out = traced.out_avals[: len(leaves)]  # (the state's leaves, then the metrics')
+        placed = [
+            host if getattr(a, "memory_space", None) == jax.memory.Space.Host else s
+            for s, a in zip(leaves, out, strict=True)
+        ]
+        return jax.tree.unflatten(treedef, placed)
 
     # ----------------------------------------------------------------- state
     @property
@@ -397,8 +416,12 @@ class Engine:
     def init_pure(self, key: jax.Array, hparams: Any = None) -> EngineState:
         """`init` as a traceable function, with the between-epochs placement (offload) applied."""
         state = self._init(key, self.hparams if hparams is None else hparams)
-        if self.offload:
-            state = move_to(OFFLOADED_BETWEEN_EPOCHS, self.mesh, "pinned_host")(state)
+        if self.host_between_epochs:
+            state = jax.tree.map(
+                lambda x, s: jax.device_put(x, s) if s.memory_kind == "pinned_host" else x,
+                state,
+                self.state_sharding,
+            )
         return state
 
     def init(self, key: jax.Array, hparams: Any = None) -> EngineState:
@@ -409,7 +432,7 @@ class Engine:
             check_hparams(hparams, self.hparams, "engine.init", scalars=True)
             hparams = hparams_like(hparams, self.hparams)
         state = self._init_jit(key, self.hparams if hparams is None else hparams)
-        return jax.device_put(state, self.state_sharding) if self.offload else state
+        return jax.device_put(state, self.state_sharding) if self.host_between_epochs else state
 
     def with_hparams(self, state: EngineState, hparams: Any) -> EngineState:
         """`state` carrying `hparams` (placed like the state's): what the phases train with

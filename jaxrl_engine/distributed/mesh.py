@@ -59,5 +59,16 @@ def sweep_mesh(mesh: MeshConfig, members: int, devices: Sequence[jax.Device] | N
             "(members are sharded evenly, not padded): choose a divisor, or leave mesh.sweep "
             "null to pick the largest that fits the devices"
         )
-    grid = np.array(devices[: sweep * data]).reshape(sweep, data)
+    chosen = devices[: sweep * data]
+    processes = {d.process_index for d in devices}
+    if len({d.process_index for d in chosen}) < len(processes):
+        # (a process holding no member fails its first collective, then the job hangs)
+        raise ConfigError(
+            f"{members} members on mesh.sweep={sweep} x mesh.data={data} = {len(chosen)} "
+            f"devices leave processes out: a multi-process sweep puts members on the devices "
+            f"of all {len(processes)} processes ({len(devices)} devices), so give it a number "
+            f"of members that spreads over them (e.g. a multiple of {len(processes)}), or set "
+            "mesh.sweep / mesh.data to use them all"
+        )
+    grid = np.array(chosen).reshape(sweep, data)
     return Mesh(grid, (SWEEP, DATA))

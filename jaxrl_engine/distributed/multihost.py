@@ -24,8 +24,11 @@ processes use their own collectives.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
+import time
 from typing import Any
 
 from jaxrl_engine.io.config import ConfigError
@@ -89,6 +92,15 @@ def join(settings: Any) -> bool:
             "anything uses JAX (load the config with jre.load_distributed first)"
         )
     where = settings.coordinator or launch
+    if settings.coordinator is not None and settings.process_id is not None:
+        # jaxlib ends the process from C++ (SIGSEGV, SIGABRT) when the port is taken, the
+        # coordinator never answers or a process never comes: a rendezvous of our own first.
+        rendezvous(
+            settings.coordinator,
+            settings.process_id,
+            settings.num_processes,
+            settings.init_timeout_s,
+        )
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     _set_collective_timeout(settings.collective_timeout_s)
     try:
@@ -113,6 +125,161 @@ def join(settings: Any) -> bool:
         file=sys.stderr,
     )
     return jax.process_count() > 1
+
+
+PER_PROCESS_KEYS = ("distributed.process_id", "progress")
+
+
+def check_same_config(described: dict[str, Any], what: str = "config") -> None:
+    """ConfigError in every process of a multi-process job whose processes were given
+    different configs (a shape differing stopped them in a collective with a gloo abort; a
+    hyperparameter differing trained each process with its own, silently). `described`: the
+    resolved config as JSON-able data (a sweep's: its seeds and grid too); the keys that may
+    differ (`PER_PROCESS_KEYS`) are left out. Two small collectives; nothing in one process."""
+    import jax
+
+    if jax.process_count() == 1:
+        return
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    flat = {
+        k: v
+        for k, v in _flat(described).items()
+        if not any(k == p or k.endswith("." + p) for p in PER_PROCESS_KEYS)  # (a sweep's too)
+    }
+    mine = np.frombuffer(json.dumps(flat, sort_keys=True).encode(), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.array([mine.size], np.int32)))
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: mine.size] = mine
+    texts = np.asarray(multihost_utils.process_allgather(padded))
+    configs = [
+        json.loads(bytes(t[: int(n)]).decode()) for t, n in zip(texts, sizes.ravel(), strict=True)
+    ]
+    differ = {
+        i: sorted(k for k in set(c) | set(configs[0]) if c.get(k) != configs[0].get(k))
+        for i, c in enumerate(configs)
+    }
+    differ = {i: keys for i, keys in differ.items() if keys}
+    if differ:
+        shown = "; ".join(
+            f"process {i}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
+            for i, keys in differ.items()
+        )
+        raise ConfigError(
+            f"the job's processes were given different {what}s (keys that differ from process "
+            f"0's: {shown}): give every process the same config and overrides (only "
+            f"{' and '.join(PER_PROCESS_KEYS)} may differ)"
+        )
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _host_port(coordinator: str) -> tuple[str, int]:
+    host, _, port = coordinator.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+HELLO = b"jaxrl-engine join"
+
+
+def rendezvous(coordinator: str, process_id: int, num_processes: int, timeout_s: float) -> None:
+    """Meet every process of the job on the coordinator's port before `jax.distributed` does:
+    process 0 listens there (its coordination service binds the port next) until each other
+    process has said its id; the others connect until it answers. Each failure is a
+    `DistributedError` naming the port, the coordinator or the processes that never came,
+    within `timeout_s` (jaxlib's own failures end the process from C++)."""
+    deadline = time.monotonic() + timeout_s
+    if process_id == 0:
+        _host(coordinator, num_processes, deadline, timeout_s)
+    else:
+        _join(coordinator, process_id, num_processes, deadline, timeout_s)
+
+
+def _host(coordinator: str, num_processes: int, deadline: float, timeout_s: float) -> None:
+    port = _host_port(coordinator)[1]
+    try:
+        if socket.has_dualstack_ipv6():
+            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            server = socket.create_server(("", port))
+    except OSError as e:
+        raise DistributedError(
+            f"distributed.coordinator={coordinator}: process 0 runs the job's coordinator on "
+            f"port {port}, which cannot be opened on this machine ({e}): choose another port "
+            "(the same for every process)"
+        ) from None
+    waiting = set(range(1, num_processes))
+    with server:
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DistributedError(
+                    f"cannot start the multi-process job: process(es) {sorted(waiting)} of "
+                    f"{num_processes} did not join at {coordinator} within "
+                    f"distributed.init_timeout_s={timeout_s} (started with the same "
+                    "distributed.coordinator and num_processes?)"
+                )
+            server.settimeout(min(left, 1.0))
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5.0)
+                try:
+                    words = conn.recv(256).split()  # b"jaxrl-engine join <id> <count>"
+                    if words[:2] != HELLO.split():
+                        continue  # not one of the job's processes
+                    pid, count = int(words[2]), int(words[3])
+                    if count != num_processes:
+                        reply = f"process 0 has num_processes={num_processes}, you {count}"
+                    elif pid not in waiting:
+                        reply = f"process id {pid} is not awaited (a duplicate or out of range)"
+                    else:
+                        reply = "ok"
+                    conn.sendall(reply.encode() + b"\n")
+                    if reply == "ok":
+                        conn.recv(1)  # their close first: no TIME_WAIT left on this port
+                        waiting.discard(pid)
+                except (OSError, ValueError, IndexError):
+                    continue  # a process that went away mid-handshake comes again
+
+
+def _join(
+    coordinator: str, process_id: int, num_processes: int, deadline: float, timeout_s: float
+) -> None:
+    host, port = _host_port(coordinator)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=5.0) as conn:
+                conn.sendall(HELLO + f" {process_id} {num_processes}\n".encode())
+                reply = conn.recv(256).decode(errors="replace").strip()
+            if reply == "ok":
+                return
+            if reply:
+                raise DistributedError(
+                    f"cannot join the multi-process job at {coordinator} as process "
+                    f"{process_id}: {reply}"
+                )
+        except OSError as e:
+            problem = e
+        else:
+            problem = ConnectionError("no answer")
+        if time.monotonic() >= deadline:
+            raise DistributedError(
+                f"cannot join the multi-process job: no coordinator answered at {coordinator} "
+                f"within distributed.init_timeout_s={timeout_s} ({problem}); start process 0 "
+                "(it runs the coordinator) with the same distributed.coordinator"
+            )
+        time.sleep(0.25)
 
 
 def _set_collective_timeout(seconds: int) -> None:

@@ -86,8 +86,11 @@ def run_split(
             "split trains on data one epoch old, which only off-policy algorithms (dqn, sac, td3) "
             "accept"
         )
-    if engine.offload:
-        raise ValueError("run_split: offload=true is not supported (each half owns its device)")
+    if engine.host_between_epochs:
+        raise ValueError(
+            "run_split: a state kept in host memory between epochs (offload=true, or hooks "
+            "such as offload_after) is not supported (each half owns its device)"
+        )
     if num_epochs < 1:
         raise ValueError(f"run_split: num_epochs={num_epochs} must be >= 1")
     act, learn = split_functions(engine)

@@ -8,6 +8,7 @@ user deploys, not the training code. The env is the run's evaluation env (`env.i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,28 @@ def _check_observations(exported: Any, spec: Any, run_dir: Path) -> None:
     obs = exported.in_avals[-1]  # (params..., obs[batch, ...])
     want = tuple(int(d) for d in obs.shape[1:])
     if want != tuple(spec.obs_shape) or np.dtype(obs.dtype) != np.dtype(spec.obs_dtype):
+        trained = _exported_env_id(run_dir)
+        cause = (
+            f"{run_dir / 'config.yaml'} names env {spec.env_id!r}, the policy was exported "
+            f"for {trained!r} ({run_dir / POLICY_DIR / 'meta.json'}): the config was edited"
+            if trained is not None and trained != spec.env_id
+            else "the env changed since training (its module or package)"
+        )
         raise ExportError(
             f"{run_dir}: env {spec.env_id!r} now gives observations of shape "
             f"{list(spec.obs_shape)} {np.dtype(spec.obs_dtype).name}, but the run's exported "
-            f"policy takes {list(want)} {np.dtype(obs.dtype).name}: the env changed since "
-            "training (its module or package), so this policy cannot be evaluated on it"
+            f"policy takes {list(want)} {np.dtype(obs.dtype).name}: {cause}, so this policy "
+            "cannot be evaluated on it"
         )
+
+
+def _exported_env_id(run_dir: Path) -> str | None:
+    """The env id the run's `policy/meta.json` records (None: unreadable)."""
+    try:
+        env_id = json.loads((run_dir / POLICY_DIR / "meta.json").read_text()).get("env_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return env_id if isinstance(env_id, str) else None
 
 
 def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dict[str, Any]:

@@ -25,10 +25,11 @@ import numpy as np
 def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any], dict[str, Any]]:
     """(act, params) of the policy directory (default: the directory holding this file)."""
     directory = Path(directory) if directory is not None else Path(__file__).resolve().parent
-    meta = json.loads((directory / "meta.json").read_text())
-    exported = jax.export.deserialize(bytearray((directory / "act.jaxexport").read_bytes()))
-    with np.load(directory / "params.npz") as data:
-        params = {name: data[name] for name in data.files}
+    meta = _read(directory / "meta.json", lambda p: json.loads(p.read_text()))
+    exported = _read(
+        directory / "act.jaxexport", lambda p: jax.export.deserialize(bytearray(p.read_bytes()))
+    )
+    params = _read(directory / "params.npz", _load_params)
     obs_dtype = np.dtype(meta["obs_dtype"])
     no_actions = jnp.zeros((0, *meta["action_shape"]), meta["action_dtype"])
 
@@ -40,3 +41,19 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
         return exported.call(params, obs)
 
     return act, params
+
+
+def _load_params(path: Path) -> dict[str, Any]:
+    with np.load(path) as data:
+        return {name: data[name] for name in data.files}
+
+
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """`read(path)`; a file missing, damaged or not this format is an error naming it."""
+    try:
+        return read(path)
+    except Exception as e:  # (json, zipfile, flatbuffers and numpy each raise their own)
+        raise ValueError(
+            f"{path} cannot be read as a policy file ({type(e).__name__}: {e}); export the "
+            "policy again (jaxrl-engine export RUN_DIR --checkpoint)"
+        ) from e

@@ -10,6 +10,9 @@
     torch_policy.py, torch_policy.pt
                    with `torch=True` (or `jaxrl-engine export RUN --torch`): the actor as a torch
                    `nn.Module` whose weights came over DLPack; loader needs torch only
+    torch_actor.pt a policy trained with `algo.torch_policy`: the state dict of your factory's
+                   actor module with the trained weights (`module.load_state_dict`); written
+                   on the universal path too, which has no `jax.export` form
 
 Why `jax.export` for the JAX path rather than generated Python: the artefact is the very graph
 the engine acts with (the same discrete actions; continuous ones equal to float32 rounding), for
@@ -51,7 +54,9 @@ ARTEFACT_FILES = (
     "meta.json",
     "torch_policy.py",
     "torch_policy.pt",
+    "torch_actor.pt",
 )
+TORCH_ACTOR = "torch_actor.pt"
 
 
 class ExportError(ValueError):
@@ -142,6 +147,7 @@ def export_policy(
     directory = Path(directory)
     for name in ARTEFACT_FILES:  # never leave another policy's files beside this one's
         (directory / name).unlink(missing_ok=True)
+    actor = write_torch_actor(engine, params, directory)
     flat = flatten_params(params)
     names = list(flat)
     treedef = jax.tree.structure(params)
@@ -158,10 +164,12 @@ def export_policy(
         )
         blob = exported.serialize()
     except Exception as e:
+        kept = f" (its torch actor's trained weights: {actor})" if actor else ""
         raise ExportError(
             f"the acting function of algorithm {engine.algo.name!r} cannot be exported with "
             f"jax.export ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); a policy acting "
-            "through a host callback (algo.torch_policy.path=universal) has no StableHLO form"
+            f"through a host callback (algo.torch_policy.path=universal) has no StableHLO "
+            f"form{kept}"
         ) from e
     directory.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all, never written through a symlink (`io.files`).
@@ -184,6 +192,7 @@ def export_policy(
         "jax_version": jax.__version__,
         "params": {n: list(v.shape) for n, v in flat.items()},
         "torch": torch_spec(engine, flat),
+        "torch_actor": TORCH_ACTOR if actor else None,
     }
     atomic_write(directory / "meta.json", json.dumps(meta, indent=2))
     if torch:
@@ -216,15 +225,45 @@ def torch_module(spec: dict[str, Any], params: Any) -> torch.nn.Module:
     return policy.eval()
 
 
+def write_torch_actor(engine: Engine, params: Any, directory: Path) -> Path | None:
+    """`<directory>/torch_actor.pt` for a policy whose actor is a torch module of the user's
+    (`algo.torch_policy`): a copy of the module holding the acting params' actor weights
+    (cast to the module's dtypes), saved as its state dict. None for any other policy."""
+    network = engine.algo.static.get("network")
+    module = getattr(network, "actor_module", None)
+    net = params.get("net") if isinstance(params, dict) else None
+    if module is None or not isinstance(net, dict) or "actor" not in net:
+        return None
+    import copy
+
+    import torch
+
+    from jaxrl_engine.interop.torch_policy import export_to_torch
+
+    trained = copy.deepcopy(module)  # (the engine's own module is left as the user gave it)
+    export_to_torch(jax.tree.map(jnp.asarray, net["actor"]), trained)  # (host copies too)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / TORCH_ACTOR
+    atomic_writer(path, lambda f: torch.save(trained.state_dict(), f))
+    return path
+
+
 def export_torch(directory: str | Path, params: Any = None) -> Path:
     """Add `torch_policy.py` + `torch_policy.pt` to a policy directory (params default: its
     `params.npz`). Needs torch (`pip install 'jaxrl-engine[torch]'`): ExportError without it."""
     directory = Path(directory)
     spec = json.loads((directory / "meta.json").read_text())["torch"]
     if spec is None:
+        actor = directory / TORCH_ACTOR
         raise NoTorchForm(
             f"{directory}: this policy is not a flax MLP actor-critic, so there is no torch "
             "module for it; use the JAX artefact (policy.py)"
+            + (
+                f", or your factory's actor module with its trained weights: "
+                f"module.load_state_dict(torch.load({str(actor)!r}))"
+                if actor.is_file()
+                else ""
+            )
         )
     try:
         import torch
@@ -249,13 +288,34 @@ def load_exported(directory: str | Path) -> tuple[jax.export.Exported, dict[str,
     run_dir = directory.parent
     try:
         exported = jax.export.deserialize(bytearray((directory / "act.jaxexport").read_bytes()))
-        with np.load(directory / "params.npz") as data:
-            params = {name: data[name] for name in data.files}
-    except (OSError, ValueError, TypeError, struct.error, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, TypeError, struct.error) as e:
         raise ExportError(
             f"{directory} does not hold a readable exported policy ({type(e).__name__}: {e}); "
             f"re-export it from a checkpoint with `jaxrl-engine export {run_dir} --checkpoint`"
         ) from None
+    params = _read_params(directory / "params.npz")
+    # The graph's own params (names, shapes, dtypes) against the file's: a file edited or
+    # copied from another run would fail inside the call with a bare shape error.
+    args, _ = jax.tree.unflatten(exported.in_tree, exported.in_avals)
+    wanted = args[0]
+    problem = None
+    if set(params) != set(wanted):
+        missing, extra = sorted(set(wanted) - set(params)), sorted(set(params) - set(wanted))
+        problem = f"its params are not the graph's: missing {missing[:3]}, unexpected {extra[:3]}"
+    else:
+        for name, aval in wanted.items():
+            have = params[name]
+            if tuple(have.shape) != tuple(aval.shape) or have.dtype != aval.dtype:
+                problem = (
+                    f"saved param {name!r} is {have.dtype}{list(have.shape)}, the exported "
+                    f"graph takes {aval.dtype}{list(aval.shape)}"
+                )
+                break
+    if problem is not None:
+        raise ExportError(
+            f"{directory / 'params.npz'} does not fit {directory / 'act.jaxexport'}: {problem}; "
+            f"re-export it from a checkpoint with `jaxrl-engine export {run_dir} --checkpoint`"
+        )
     return exported, params
 
 
@@ -267,6 +327,16 @@ def load_params(engine: Engine, directory: str | Path) -> Any:
             f"{path} does not exist: train with `jaxrl-engine train` (it exports the policy at "
             "the end) or call jaxrl_engine.export.export_policy"
         )
-    with np.load(path) as data:
-        flat = {n: data[n] for n in data.files}
-    return unflatten_params(engine.state_shape.eval_params, flat)
+    return unflatten_params(engine.state_shape.eval_params, _read_params(path))
+
+
+def _read_params(path: Path) -> dict[str, np.ndarray]:
+    """A policy directory's `params.npz`; `ExportError` naming it when it is unreadable."""
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, TypeError, struct.error, zipfile.BadZipFile) as e:
+        raise ExportError(
+            f"{path} is not a readable params file ({type(e).__name__}: {e}); re-export it "
+            f"from a checkpoint with `jaxrl-engine export {path.parent.parent} --checkpoint`"
+        ) from None

@@ -68,7 +68,19 @@ class Policy(nn.Module):
 def load(directory: str | Path | None = None) -> Policy:
     """The torch policy of the directory (default: the directory holding this file), in eval mode."""
     directory = Path(directory) if directory is not None else Path(__file__).resolve().parent
-    spec = json.loads((directory / "meta.json").read_text())["torch"]
+    spec = _read(directory / "meta.json", lambda p: json.loads(p.read_text())["torch"])
     policy = Policy(spec)
-    policy.load_state_dict(torch.load(directory / "torch_policy.pt", weights_only=True))
+    state = _read(directory / "torch_policy.pt", lambda p: torch.load(p, weights_only=True))
+    _read(directory / "torch_policy.pt", lambda _: policy.load_state_dict(state))
     return policy.eval()
+
+
+def _read(path: Path, read: Any) -> Any:
+    """`read(path)`; a file missing, damaged or not this format is an error naming it."""
+    try:
+        return read(path)
+    except Exception as e:  # (json, zipfile and torch each raise their own)
+        raise ValueError(
+            f"{path} cannot be read as a policy file ({type(e).__name__}: {e}); export the "
+            "policy again (jaxrl-engine export RUN_DIR)"
+        ) from e

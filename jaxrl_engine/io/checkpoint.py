@@ -217,6 +217,10 @@ class Checkpointer:
             for stale in self.directory.glob(f"*{TMP_SUFFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
             self._remove_pruned_leftovers()
+        with _quiet_listing():
+            return self._manager_of(ocp)
+
+    def _manager_of(self, ocp: Any) -> Any:
         return ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -257,8 +261,9 @@ class Checkpointer:
         """Epochs of the committed checkpoints, oldest first (after this Checkpointer's own save
         in flight commits; unfinished writes of dead processes are not listed)."""
         self._manager.wait_until_finished()  # this writer's own save in flight counts
-        self._manager.reload()
-        return sorted(self._manager.all_steps())
+        with _quiet_listing():
+            self._manager.reload()
+            return sorted(self._manager.all_steps())
 
     def latest(self) -> int | None:
         epochs = self.epochs()
@@ -685,6 +690,22 @@ def _quiet_failures() -> Iterator[None]:
             logger.removeFilter(_below_error)
 
 
+@contextlib.contextmanager
+def _quiet_listing() -> Iterator[None]:
+    """Orbax warns once per listing about each folder without its metadata (e.g. an empty
+    `epoch_N` a user made): the engine's own checks name such a checkpoint when it is read."""
+    absl = logging.getLogger("absl")
+    absl.addFilter(_errors_only)
+    try:
+        yield
+    finally:
+        absl.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 def _below_error(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
 
@@ -708,4 +729,7 @@ def _cause(error: BaseException, code: int) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     head = text[0] if text else type(error).__name__
+    # TensorStore's read errors end with "See full TensorStore details: <bound method ...>"
+    # (a repr, not the details): what comes before says what failed.
+    head = head.split(" See full TensorStore details")[0]
     return f"{type(error).__name__}: {head[:200]}"

@@ -94,6 +94,28 @@ def check_no_symlinks(directory: str | Path) -> None:
         )
 
 
+SPEC_FILE = "sweep.json"  # a sweep's directory holds it (its seeds, grid and programs)
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", SPEC_FILE)
+RUN_FOLDERS = ("checkpoints", "policy")
+
+
+def check_run_entries(directory: str | Path) -> None:
+    """Refuse a run directory whose own files are folders (or folders files): a write there
+    would fail only after training, at the end of the run."""
+    directory = Path(directory)
+    for names, wrong, what in (
+        (RUN_FILES, Path.is_dir, "file"),
+        (RUN_FOLDERS, Path.is_file, "folder"),
+    ):
+        for name in names:
+            path = directory / name
+            if wrong(path):
+                raise RunDirError(
+                    f"{str(path)!r} is not a {what}; the run writes its {name} there: remove "
+                    "it (or use another name=)"
+                )
+
+
 def jsonable(value: Any) -> Any:
     """A value JSON can hold strictly: numpy scalars become Python numbers, NaN becomes null
     and +-inf the largest finite doubles (JSON has no NaN/Infinity tokens)."""

@@ -125,7 +125,8 @@ def read_run(path: str | Path) -> Run:
     if not isinstance(config, dict | None):
         raise ValueError(f"{config_file} is not a config: it holds a {type(config).__name__}")
     records = []
-    for line in metrics.read_text().splitlines():
+    text = metrics.read_bytes().decode("utf-8", errors="replace")  # (a damaged file's bytes)
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a torn last line from a killed run

@@ -35,9 +35,16 @@ from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
+from jaxrl_engine.io.files import SPEC_FILE, RunDirError, check_no_symlinks, check_run_entries
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, Summary, default_host_hooks
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
-from jaxrl_engine.run.run_dir import RunDir, end_status, epochs_asked, write_failing_batch
+from jaxrl_engine.run.run_dir import (
+    RunDir,
+    end_status,
+    epochs_asked,
+    read_summary,
+    write_failing_batch,
+)
 from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
 
 
@@ -125,8 +132,13 @@ def _warn_misspelled(hook: HostHook) -> None:
             )
 
 
+def _alive(state: EngineState) -> bool:
+    """No leaf of `state` was donated to a compiled call (deleted)."""
+    return not any(x.is_deleted() for x in jax.tree.leaves(state) if isinstance(x, jax.Array))
+
+
 def _summary_of_failure(
-    run: RunInfo, state: EngineState, hooks: list[HostHook], error: Exception
+    run: RunInfo, state: EngineState, hooks: list[HostHook], error: BaseException
 ) -> None:
     """summary.json of a run that an error stopped (a host hook's, a host simulator's, the
     disk's): status "failed" and the error, beside the checkpoints and logs it had. Nothing
@@ -242,7 +254,23 @@ class Driver:
         # Owned from here (lock, no symlinks); nothing in it changes before the hooks' checks.
         # In a multi-process run, process 0 writes it; the others read it and join the saves.
         primary = is_primary()
-        out = RunDir(Path(cfg.run_dir) / cfg.name, cfg, writer=primary)
+        # A run that already ended where this call would end it is answered before its
+        # directory is taken (nothing is written: a read-only copy of it works too).
+        where = Path(cfg.run_dir) / cfg.name
+        if (where.parent / SPEC_FILE).is_file():  # e.g. a sweep member's config.yaml trained
+            raise RunDirError(
+                f"run directory {str(where)!r} is inside the sweep {str(where.parent)!r} (it "
+                f"holds {SPEC_FILE}), whose members are its own: train this config elsewhere, "
+                f"e.g. with run_dir=runs (or continue the sweep: jaxrl-engine sweep --resume "
+                f"{where.parent})"
+            )
+        if where.is_dir() and not where.is_symlink():  # (RunDir refuses a symlinked one)
+            check_no_symlinks(where)
+            check_run_entries(where)
+        finished = self._finished(where, first, total, engine.num_epochs)
+        if finished is not None:
+            return state, {**finished, "records": []}
+        out = RunDir(where, cfg, writer=primary)
         show = (cfg.progress if progress is None else progress) and primary
         hooks = default_host_hooks(cfg, show, on_epoch, self.host_hooks)
         run = RunInfo(engine=engine, cfg=cfg, out=out, first=first, total=total, done=first)
@@ -251,12 +279,8 @@ class Driver:
         run.resume_from = self.resume_from
         history: list[Record] = []
         started: list[HostHook] = []
-        failed = True
+        failed, training = True, False
         try:
-            finished = self._finished(out, first, total, engine.num_epochs)
-            if finished is not None:
-                failed = False
-                return state, {**finished, "records": []}
             for hook in hooks:
                 hook.start(run)
                 started.append(hook)
@@ -278,6 +302,7 @@ class Driver:
             run.compile_s = engine.compile_seconds - compiled_before  # (this call's only)
             raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()
+            training = True
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:
                     state, records, failure = self._chunk(engine, state, run, hooks)
@@ -300,10 +325,25 @@ class Driver:
                 run.train_end = time.perf_counter()
                 self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
+        except TrainingInterrupted:
+            raise
+        except KeyboardInterrupt as e:  # raised by a hook (e.g. `on_epoch`), not a signal
+            if not training or run.status != "running":
+                raise  # (before training: a signal, raised by the CLI's `raise_if_stopped`)
+            if not _alive(state):  # raised inside a compiled call's chunk: its input is gone
+                _summary_of_failure(run, state, hooks, e)
+                raise
+            # The state after the last whole chunk: stopped as a signal stops it.
+            run.done = int(to_host(state.counters.epoch))
+            run.train_end = time.perf_counter()
+            self._end(run, state, hooks, "interrupted", signal="KeyboardInterrupt")
+            raise TrainingInterrupted(
+                "KeyboardInterrupt", run.done, state, run.checkpoint, run.summary
+            ) from e
         except Exception as e:
             # Once training started (a refusal before it, e.g. of a finished run's resume,
             # changes nothing); not after a NaN stop, whose summary is written.
-            if run.train_start is not None and run.status == "running":
+            if training and run.status == "running":
                 _summary_of_failure(run, state, hooks, e)
             raise
         finally:
@@ -311,11 +351,11 @@ class Driver:
         return state, {**run.summary, "records": history}
 
     @staticmethod
-    def _finished(out: RunDir, first: int, total: int, num_epochs: int) -> dict[str, Any] | None:
+    def _finished(run: Path, first: int, total: int, num_epochs: int) -> dict[str, Any] | None:
         """The summary of a run that already ended at this state's epoch as this call would
         end it (completed, or paused before the engine's `num_epochs`): resuming it changes
         nothing (its summary is returned as it is)."""
-        summary = out.read_summary()
+        summary = read_summary(run)
         status = end_status(first, num_epochs)
         if (
             first >= total
@@ -329,7 +369,7 @@ class Driver:
                 else f"run it without num_epochs to train on to epoch {num_epochs}"
             )
             print(
-                f"jaxrl-engine: {out.path} is {'finished' if status == 'completed' else 'paused'} "
+                f"jaxrl-engine: {run} is {'finished' if status == 'completed' else 'paused'} "
                 f"(epoch {first} of {total}); its summary is unchanged ({advice})",
                 file=sys.stderr,
             )

@@ -25,6 +25,7 @@ from jaxrl_engine.io.files import (
     atomic_writer,
     check_kind,
     check_no_symlinks,
+    check_run_entries,
     open_append,
     strict_json,
 )
@@ -178,6 +179,7 @@ class RunDir:
         self.lock.acquire()
         try:
             check_no_symlinks(self.path)
+            check_run_entries(self.path)
             check_kind(self.path, kind)
         except BaseException:
             self.release()
@@ -202,7 +204,7 @@ class RunDir:
                 if json.loads(line).get("epoch", 0) <= first
             ]
         wanted = "".join(line + "\n" for line in restored)
-        if (path.read_text() if path.is_file() else "") != wanted:
+        if (metrics_text(path) if path.is_file() else "") != wanted:
             write_metrics_lines(self.path, restored)
         self._metrics = open_append(path)
         self._backends = make_loggers(self.path, self.cfg)  # tensorboard, wandb: as `loggers` says
@@ -221,11 +223,7 @@ class RunDir:
 
     def read_summary(self) -> dict[str, Any] | None:
         """The run's `summary.json`, or None when there is none (or it is unreadable)."""
-        try:
-            summary = json.loads((self.path / "summary.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return summary if isinstance(summary, dict) else None
+        return read_summary(self.path)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         if self.writer:
@@ -282,18 +280,32 @@ class RunDir:
         return moved
 
 
+def read_summary(run: Path) -> dict[str, Any] | None:
+    """`<run>/summary.json`, or None when there is none (or it is unreadable)."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
 def read_metrics_lines(path: Path) -> list[str]:
     """The complete records of a `metrics.jsonl` (a torn last line, from a kill, is dropped)."""
     if not path.is_file():
         return []
     lines = []
-    for line in path.read_text().splitlines():
+    for line in metrics_text(path).splitlines():
         try:
             json.loads(line)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError:  # (bytes that are not UTF-8 read as U+FFFD: not JSON)
             break
         lines.append(line)
     return lines
+
+
+def metrics_text(path: Path) -> str:
+    """A `metrics.jsonl`'s text, bytes that are not UTF-8 (a damaged file) replaced."""
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def write_metrics_lines(run_path: Path, lines: list[str]) -> None:

@@ -40,13 +40,12 @@ from jaxrl_engine.distributed.sweep import Member, SweepPrograms
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
-from jaxrl_engine.io.files import atomic_write, strict_json
+from jaxrl_engine.io.files import SPEC_FILE, atomic_write, strict_json
 from jaxrl_engine.run.driver import TrainingInterrupted
 from jaxrl_engine.run.host_hooks import eval_text
 from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status, epochs_asked
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
-SPEC_FILE = "sweep.json"
 # A member's final evaluation return counts in its setting's statistics unless nan_guard
 # stopped it (an interrupted or paused sweep's table is its state so far).
 RESULT_STATUSES = ("completed", "paused", "interrupted")

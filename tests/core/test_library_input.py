@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,13 @@ def built(tmp_path_factory):
     cfg = jre.load_config(None, [*SMALL, f"run_dir={root}", "name=r"])
     engine = jre.build(cfg)
     return cfg, engine, engine.init(jax.random.key(0)), root
+
+
+def engine_with(cfg, engine, hooks):
+    """`engine` with `hooks`, built without the build's own trace of the hooked epoch (which
+    raises the same errors: the tests trace it themselves)."""
+    with mock.patch.object(jre.Engine, "_placed_as_the_epoch_leaves_it", lambda self, s: s):
+        return jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks=hooks)
 
 
 def test_with_hparams_refuses_a_value_of_another_shape_than_the_states(built):
@@ -79,9 +87,8 @@ def test_a_non_scalar_metric_is_refused_when_traced_naming_the_phase_and_key(bui
 
         return hooked
 
-    hooked = jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [per_layer]})
     with pytest.raises(ValueError, match=r"phase 'train': metric 'train/per_layer' has shape"):
-        jax.eval_shape(hooked.pure_epoch, state)
+        jax.eval_shape(engine_with(cfg, engine, {"train": [per_layer]}).pure_epoch, state)
 
 
 def test_a_metric_key_two_phases_return_is_named_not_overwritten(built):
@@ -94,14 +101,11 @@ def test_a_metric_key_two_phases_return_is_named_not_overwritten(built):
 
         return hooked
 
-    clash = jre.build(
-        cfg, env=engine.env, algorithm=engine.algo, hooks={"rollout": [loss_in_rollout]}
-    )
     message = r"phase 'train' returned metric 'train/loss', which an earlier phase"
     with pytest.raises(ValueError, match=message):
-        jax.eval_shape(clash.pure_epoch, state)
-    with pytest.raises(ValueError, match=message):
-        clash.warm_up(state, phases=["epochs"])
+        jax.eval_shape(engine_with(cfg, engine, {"rollout": [loss_in_rollout]}).pure_epoch, state)
+    with pytest.raises(ValueError, match=message):  # (the build traces a hooked epoch)
+        jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"rollout": [loss_in_rollout]})
 
 
 def test_a_replaced_phase_that_changes_the_states_shapes_is_named(built):
@@ -245,6 +249,49 @@ def test_a_host_hook_that_raises_leaves_a_failed_summary_beside_the_checkpoints(
     assert (tmp_path / "boom" / "metrics.jsonl").read_text().count("\n") >= 2
 
 
+def test_a_keyboard_interrupt_from_on_epoch_stops_the_run_as_sigint_does(built, tmp_path):
+    engine = built[1]
+
+    def stop_at_1(record):  # a notebook user's way to stop a run from its own code
+        if record["epoch"] >= 1:
+            raise KeyboardInterrupt("enough")
+
+    with pytest.raises(jre.TrainingInterrupted) as stopped:
+        engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path / "stop", on_epoch=stop_at_1)
+    state = stopped.value.state
+    # The chunk of epochs 1-2 (eval.interval=2) ran: the state after it, not a donated one.
+    assert int(state.counters.epoch) == 2 and engine.num_epochs == 4
+    summary = json.loads((tmp_path / "stop" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["epochs"] == 2
+    assert summary["checkpoint"].endswith("epoch_2")
+    _, restored = jre.resume(tmp_path / "stop")
+    assert int(restored.counters.epoch) == 2
+    lines = (tmp_path / "stop" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+
+
+def test_a_keyboard_interrupt_inside_a_chunk_is_a_failure_keeping_the_checkpoints(
+    built, tmp_path, monkeypatch
+):
+    engine = built[1]
+    chunk = jre.Driver._chunk
+
+    def interrupted_after_compiled_call(self, engine, state, run, hooks):
+        out = chunk(self, engine, state, run, hooks)  # (donates `state`)
+        if run.done >= 4:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(jre.Driver, "_chunk", interrupted_after_compiled_call)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path / "lost")
+    assert not isinstance(stopped.value, jre.TrainingInterrupted)  # no state to give back
+    summary = json.loads((tmp_path / "lost" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == "KeyboardInterrupt"
+    lines = (tmp_path / "lost" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]  # the chunk before it
+
+
 def test_a_host_hook_method_named_almost_as_the_drivers_is_warned_about(built):
     cfg = built[0]
 
@@ -285,9 +332,8 @@ def test_a_hook_that_returns_no_phase_and_a_phase_with_list_metrics_are_named(bu
     def listed(phase):
         return lambda s: (phase(s)[0], [1.0])
 
-    bad = jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [listed]})
     with pytest.raises(ValueError, match=r"phase 'train' returned \(state, list\): its metrics"):
-        jax.eval_shape(bad.pure_epoch, state)
+        jax.eval_shape(engine_with(cfg, engine, {"train": [listed]}).pure_epoch, state)
 
 
 def test_a_policy_whose_actions_the_env_cannot_take_is_refused_at_build(built):

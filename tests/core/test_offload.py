@@ -100,3 +100,35 @@ def test_make_train_with_offload_equals_without(tmp_path):
         _, metrics = jax.jit(train)(jax.random.key(2))
         losses.append(np.asarray(metrics["train/loss"]))
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
+
+
+def test_the_users_own_offload_hooks_set_the_placement_between_epochs(tmp_path):
+    # offload_after / reload_before composed by hand (no `offload: true`): the optimizer state
+    # stays in host memory between epochs, `epochs` compiles (its loop carries it there) and
+    # the run trains as without the hooks.
+    cfg = small_config(tmp_path=tmp_path)
+    plain = jre.build(cfg)
+    mesh = plain.mesh
+    hooks = {
+        "train": [jre.offload_after(["train.opt_state"], mesh)],
+        "rollout": [jre.reload_before(["train.opt_state"], mesh)],
+    }
+    hooked = jre.build(cfg, hooks=hooks)
+    state = hooked.init(jax.random.key(1))
+    assert kinds(state)["train.opt_state"] == {"pinned_host"}
+    assert kinds(state)["train.params"] == {"device"}
+    state, _ = hooked.epoch(state)
+    assert kinds(state)["train.opt_state"] == {"pinned_host"}  # not moved back by the jit
+    state, _, _ = hooked.epochs(state, 2)
+    assert kinds(state)["train.opt_state"] == {"pinned_host"}
+    reference = plain.init(jax.random.key(1))
+    reference, _ = plain.epoch(reference)
+    reference, _, _ = plain.epochs(reference, 2)
+    for a, b in zip(
+        jax.tree.leaves(jax.device_get(state.train)),
+        jax.tree.leaves(jax.device_get(reference.train)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    _, summary = hooked.run(hooked.init(jax.random.key(1)), run_dir=tmp_path / "hooked")
+    assert summary["status"] == "completed"

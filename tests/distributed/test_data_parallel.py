@@ -34,6 +34,10 @@ SCRIPT = textwrap.dedent(
             params_replicated=all(x.sharding.is_fully_replicated
                                   for x in jax.tree.leaves(state.train.params)),
         )
+    try:  # the default mesh spans the 4 devices: both counts are named at once
+        jre.build(jre.load_config(None, ["env.num_envs=6", "eval.num_envs=6"]))
+    except jre.ConfigError as e:
+        out["uneven"] = str(e)
     print(json.dumps(out))
     """
 )
@@ -47,6 +51,7 @@ def test_four_devices_shard_the_env_batch_and_match_one_device(offload):
     assert four["obs_devices"] == 4 and four["obs_spec"] == "P('data',)"
     assert four["buffer_spec"] == "P(None, 'data')"
     assert four["params_replicated"] and one["params_replicated"]
+    assert out["uneven"].startswith("env.num_envs=6 and eval.num_envs=6 must be multiples of")
     assert abs(one["loss"] - four["loss"]) <= 1e-4 * max(1.0, abs(one["loss"]))
     import numpy as np
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -292,6 +293,70 @@ def test_distributed_keys_are_checked_before_jax_starts():
     )
     assert proc.returncode == 2
     assert "config key 'distributed.coordinator': 'localhost' is not HOST:PORT" in proc.stderr
+
+
+def join_alone(port: int, process_id: int, *extra: str) -> subprocess.CompletedProcess:
+    """`train` as one process of a 2-process job on 127.0.0.1:`port`, the other never started."""
+    job = [f"distributed.coordinator=127.0.0.1:{port}", "distributed.num_processes=2"]
+    return subprocess.run(
+        [*CLI, "train", *job, f"distributed.process_id={process_id}", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
+def test_a_busy_port_an_absent_coordinator_and_a_missing_process_exit_2_naming_them():
+    # jaxlib crashed on each (SIGSEGV binding a taken port; SIGABRT with a C++ stack trace
+    # when no coordinator answers or a process never joins).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = join_alone(port, 0)
+    assert proc.returncode == 2, proc.stderr
+    assert f"on port {port}, which cannot be opened on this machine" in proc.stderr
+    began = time.monotonic()
+    proc = join_alone(free_port(), 1, "distributed.init_timeout_s=2")
+    assert proc.returncode == 2, proc.stderr
+    assert "no coordinator answered at 127.0.0.1:" in proc.stderr
+    assert "init_timeout_s=2" in proc.stderr and time.monotonic() - began < 60
+    proc = join_alone(free_port(), 0, "distributed.init_timeout_s=2")
+    assert proc.returncode == 2, proc.stderr
+    assert "process(es) [1] of 2 did not join at 127.0.0.1:" in proc.stderr
+
+
+@pytest.mark.multidevice
+def test_processes_given_different_configs_are_refused_naming_the_keys(tmp_path):
+    # One process with another learning rate trained silently with it; another num_envs
+    # ended both in a gloo abort. Both processes exit 2 before anything is built.
+    port = free_port()
+    job = [f"distributed.coordinator=127.0.0.1:{port}", "distributed.num_processes=2", PATIENT]
+    procs = [
+        subprocess.Popen(
+            [
+                *CLI,
+                "train",
+                *TINY,
+                *job,
+                f"distributed.process_id={i}",
+                f"run_dir={tmp_path}",
+                *extra,
+            ],
+            env=devices(1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for i, extra in ((0, ["algo.lr=0.001"]), (1, ["env.num_envs=16"]))
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    for proc, err in zip(procs, errors, strict=True):
+        assert proc.returncode == 2, err[-3000:]
+        assert "process 1: algo.lr, env.num_envs" in err, err[-3000:]
+    assert not (tmp_path / "ppo_cartpole").exists()
 
 
 SLURM_TWO_TASKS = {

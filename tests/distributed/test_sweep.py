@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,7 @@ from jaxrl_engine.distributed.mesh import sweep_mesh, sweep_size, train_mesh
 from jaxrl_engine.distributed.sweep import member_name, parse_seeds, plan_sweep, sweep_arguments
 from jaxrl_engine.export.policy import load_params
 from jaxrl_engine.io.config import MeshConfig
+from jaxrl_engine.io.files import RunDirError
 from jaxrl_engine.run.sweep import iqm
 from tests.conftest import SMALL, run_on_four_devices, small_config
 
@@ -134,6 +136,20 @@ def test_sweep_csv_table_and_summary(swept):
     assert stored["env_steps"] == 8 * 256 and stored["steps_per_second"] > 0
     member_cfg = jre.load_config(root / rows[5]["member"] / "config.yaml")
     assert (member_cfg.seed, member_cfg.algo.lr, member_cfg.name) == (1, 1e-3, rows[5]["member"])
+
+
+def test_training_a_members_config_yaml_does_not_write_into_the_sweep(swept):
+    _, root = swept
+    member = root / "seed2_algo.lr=0.001"
+    before = {p: p.read_bytes() for p in member.rglob("*") if p.is_file()}
+    cfg = jre.load_config(member / "config.yaml")  # (its run_dir and name: the sweep's member)
+    engine = jre.build(cfg)
+    with pytest.raises(RunDirError, match=r"is inside the sweep .* train this config else"):
+        engine.run(engine.init(jax.random.key(cfg.seed)))
+    assert {p: p.read_bytes() for p in member.rglob("*") if p.is_file()} == before
+    with pytest.raises(RunDirError, match=r"is inside the sweep"):  # a new name there too
+        engine.run(engine.init(jax.random.key(cfg.seed)), run_dir=root / "mine")
+    assert not (root / "mine").exists()
 
 
 def test_a_members_policy_loads_and_acts(swept):
@@ -254,6 +270,11 @@ def test_mesh_sizes_are_checked_naming_the_keys():
         train_mesh(MeshConfig(data=8), four)
     assert [sweep_size(m, 4) for m in (8, 6, 5, 1)] == [4, 3, 1, 1]
     assert sweep_mesh(MeshConfig(), 8).shape == {"sweep": 1, "data": 1}
+    # Two processes of two devices: 5 members fit one device only (of process 0), and the
+    # process left without a member failed its first collective, then the job hung.
+    two_by_two = [SimpleNamespace(process_index=i // 2) for i in range(4)]
+    with pytest.raises(jre.ConfigError, match=r"5 members on mesh.sweep=1 x mesh.data=1 = 1 "):
+        sweep_mesh(MeshConfig(), 5, two_by_two)
 
 
 def test_cli_sweep_end_to_end(tmp_path):

@@ -108,6 +108,21 @@ def test_a_truncated_exported_policy_exits_2_naming_it(run, tmp_path, capsys):
     assert "Traceback" not in err and f"jaxrl-engine export {copy} --checkpoint" in err
 
 
+def test_an_env_id_edited_in_config_yaml_is_named_as_the_cause(run, tmp_path, capsys):
+    import shutil
+
+    _, _, run_dir = run
+    copy = tmp_path / "edited"
+    shutil.copytree(run_dir, copy)
+    config = copy / "config.yaml"
+    edited = config.read_text().replace("id: CartPole-v1", "id: Acrobot-v1")
+    config.write_text(edited.replace("gravity: 12.0", "max_steps_in_episode: 500"))
+    assert cli.main(["eval", str(copy)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{config} names env 'Acrobot-v1', the policy was exported for 'CartPole-v1'" in err
+    assert "the config was edited" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -21,6 +21,7 @@ from jaxrl_engine.export.policy import (
     ExportError,
     export_torch,
     flatten_params,
+    load_exported,
     load_params,
     torch_module,
 )
@@ -155,6 +156,39 @@ def test_load_params_round_trips_and_rejects_another_shape(trained, tmp_path):
         load_params(other, policy)
     with pytest.raises(ExportError, match="does not exist"):
         load_params(engine, tmp_path)
+
+
+def test_damaged_policy_files_are_named_by_every_reader(trained, tmp_path):
+    engine, _, policy, _, _ = trained
+    copy = tmp_path / "run" / POLICY_DIR
+    shutil.copytree(policy, copy)
+    export_torch(copy)
+    loader = importlib.util.spec_from_file_location("policy_copy", copy / "policy.py")
+    jax_loader = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(jax_loader)
+    torch_spec = importlib.util.spec_from_file_location("torch_copy", copy / "torch_policy.py")
+    torch_loader = importlib.util.module_from_spec(torch_spec)
+    torch_spec.loader.exec_module(torch_loader)
+    for name, load in (
+        ("meta.json", jax_loader.load),
+        ("act.jaxexport", jax_loader.load),
+        ("params.npz", jax_loader.load),
+        ("torch_policy.pt", torch_loader.load),
+    ):
+        whole = (copy / name).read_bytes()
+        (copy / name).write_bytes(whole[: len(whole) // 3])  # a truncated copy
+        with pytest.raises(ValueError, match=rf"{copy / name} cannot be read as a policy file"):
+            load(copy)
+        (copy / name).write_bytes(whole)
+    # A params file of another shape: named against the graph, not a bare shape error.
+    flat = dict(np.load(copy / "params.npz"))
+    first = sorted(flat)[0]
+    np.savez(copy / "params.npz", **{**flat, first: np.zeros(3, np.float32)})
+    with pytest.raises(ExportError, match=rf"params.npz does not fit .*saved param '{first}'"):
+        load_exported(copy)  # (what `jaxrl-engine eval` plays)
+    (copy / "params.npz").write_bytes(b"not a zip file")
+    with pytest.raises(ExportError, match=r"params.npz is not a readable params file"):
+        load_params(engine, copy)
 
 
 def test_cli_export_adds_the_torch_files(trained, capsys):

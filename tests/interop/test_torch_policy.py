@@ -297,6 +297,37 @@ def test_ppo_acts_with_the_torch_module_and_its_outputs(tmp_path):
     assert np.isfinite(float(metrics["train/loss"]))
 
 
+@pytest.mark.parametrize("path", ["fast", "universal"])
+def test_a_run_writes_the_factorys_module_with_its_trained_weights(path, tmp_path):
+    import copy
+    import json
+
+    engine = jre.build(_torch_cfg(tmp_path, f"algo.torch_policy.path={path}"))
+    network = engine.algo.static["network"]
+    given = copy.deepcopy(network.actor_module.state_dict())
+    if path == "universal":  # (no jax.export form: warned, the torch actor still written)
+        with pytest.warns(UserWarning, match=r"its torch actor's trained weights: .*actor.pt"):
+            state, _ = engine.run(engine.init(jax.random.key(0)))
+    else:
+        state, _ = engine.run(engine.init(jax.random.key(0)))
+    policy = tmp_path / engine.driver.cfg.name / "policy"
+    module = copy.deepcopy(network.actor_module)  # as the user's factory builds it again
+    module.load_state_dict(torch.load(policy / "torch_actor.pt", weights_only=True))
+    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    head, _, _ = engine.algo.static["dist"](state.eval_params["net"], jnp.asarray(obs))
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            module(torch.from_numpy(obs)).numpy(), np.asarray(head), rtol=1e-5, atol=1e-6
+        )
+    trained = {k: v for k, v in module.state_dict().items() if not torch.equal(v, given[k])}
+    assert trained, "the weights written are the untrained ones"
+    for k, v in network.actor_module.state_dict().items():  # the engine's module: untouched
+        assert torch.equal(v, given[k]), k
+    if path == "fast":
+        meta = json.loads((policy / "meta.json").read_text())
+        assert meta["torch_actor"] == "torch_actor.pt"
+
+
 def test_fast_and_universal_paths_train_identically(tmp_path):
     """One PPO epoch from the same torch init: the learner sees the same numbers either way."""
     results = {}

@@ -224,6 +224,7 @@ def test_a_corrupted_checkpoint_is_refused_with_one_message(engine, tmp_path, ca
     message = str(info.value)
     assert "epoch_1" in message and expected in message and "\n" not in message
     assert "only checkpoint" in message
+    assert "bound method" not in message  # (TensorStore's repr of its details, cut)
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err  # orbax/tensorstore noise is silenced
 
@@ -331,3 +332,16 @@ def test_sharded_state_on_four_devices_restores_onto_the_same_shardings(tmp_path
         "buffer_spec": "P(None, 'data')",
         "continued_equal": True,
     }
+
+
+def test_a_folder_without_a_checkpoint_in_it_is_named_once_without_orbax_warnings(
+    engine, tmp_path, capfd
+):
+    checkpoints = Checkpointer(tmp_path)
+    save(checkpoints, engine, trained(engine, 1))
+    (tmp_path / "epoch_999").mkdir()  # e.g. made by hand
+    capfd.readouterr()
+    with pytest.raises(CheckpointError, match=r"epoch_999.*resume from the previous .*epoch 1"):
+        Checkpointer(tmp_path, read_only=True).info()
+    out, err = capfd.readouterr()
+    assert "WARNING:absl" not in out + err  # (orbax warned once per listing)

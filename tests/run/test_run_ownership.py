@@ -70,8 +70,9 @@ def test_a_run_of_a_locked_directory_is_refused_naming_the_holder_and_changes_no
     finally:
         holder.release()
     err = capsys.readouterr().err
-    assert status == resumed == cli.EXIT_BAD_INPUT
-    assert err.count(f"is in use by another run (pid {os.getpid()})") == 2, err
+    assert status == cli.EXIT_BAD_INPUT
+    assert resumed == 0  # a finished run's resume only reads it: its summary, as it is
+    assert err.count(f"is in use by another run (pid {os.getpid()})") == 1, err
     assert "Traceback" not in err
     after = snapshot(run_copy)
     after.pop(LOCK_FILE), before.pop(LOCK_FILE)
@@ -192,6 +193,50 @@ def test_a_run_killed_after_its_last_checkpoint_is_completed_on_resume_without_n
     assert summary["final_eval_return"] == last["evaluate/episode_return"]
     assert (run_copy / "policy" / "params.npz").is_file()
     assert json.loads((run_copy / "summary.json").read_text()) == summary
+
+
+def test_a_finished_runs_resume_answers_without_taking_the_directory(run_copy, capsys, monkeypatch):
+    # As on a read-only copy of the run: taking the lock (a write) is not needed to say so.
+    before = snapshot(run_copy)
+    earlier = json.loads((run_copy / "summary.json").read_text())
+
+    def read_only(self):
+        raise OSError(30, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(RunLock, "acquire", read_only)
+    assert cli.main(["train", "--resume", str(run_copy)]) == 0
+    out, err = capsys.readouterr()
+    assert strict_loads(out.strip().splitlines()[-1]) == earlier
+    assert "is finished (epoch 4 of 4)" in err
+    assert snapshot(run_copy) == before
+
+
+def test_bytes_that_are_not_utf8_in_metrics_jsonl_do_not_stop_a_resume(run_copy, capsys):
+    with (run_copy / "metrics.jsonl").open("ab") as f:
+        f.write(b"\xff\xfe\n")
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=384"]) == 0
+    summary = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["epochs"] == 6
+    lines = (run_copy / "metrics.jsonl").read_text().splitlines()  # UTF-8 again
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("name", ["summary.json", "metrics.jsonl", "policy"])
+def test_a_folder_where_a_run_file_belongs_is_refused_before_training(run_copy, name, capsys):
+    path = run_copy / name
+    if path.is_dir():
+        shutil.rmtree(path)
+        path.write_text("not a folder")
+    else:
+        path.unlink()
+        path.mkdir()
+    before = snapshot(run_copy)
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=384"]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(path)!r} is not a" in err and "Traceback" not in err, err
+    after = snapshot(run_copy)
+    after.pop(LOCK_FILE, None), before.pop(LOCK_FILE, None)
+    assert after == before
 
 
 def test_a_resumed_session_that_trains_nothing_keeps_the_earlier_summary_numbers(run_copy):
