@@ -292,6 +292,9 @@ def _train(args: argparse.Namespace) -> int:
             import jax
 
             from jaxrl_engine.compose import build
+            from jaxrl_engine.distributed.multihost import check_same_config
+
+            check_same_config(cfg.model_dump(mode="json"))  # (before anything is built)
 
             raise_if_stopped()
             engine = build(cfg)

@@ -111,12 +111,13 @@ def build(
             f"build: cfg is a {type(cfg).__name__}; give a Config: jre.load_config(path, "
             "overrides) (path None: the default config)"
         )
-    check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
     configure_compile_cache(cfg.compile_cache_dir)
     env = env if env is not None else make_configured_env(cfg)
     host = getattr(env, "batched", False)  # a host env: its eval calls go to its eval set
     if host and hasattr(env, "eval_set"):  # its evaluation env set (`eval.env_id`)
         eval_params = env.eval_set(cfg.eval.env_params)
+    elif cfg.eval.env_params and not host and hasattr(env, "with_params"):
+        eval_params = env.with_params(env.params, cfg.eval.env_params, "eval.env_params")
     elif cfg.eval.env_params or host:
         eval_params = env.params.replace(**cfg.eval.env_params)
     else:
@@ -379,6 +380,15 @@ def resume(
         cfg = config_from_run(
             stored, overrides or [], source=f"checkpoint {str(info.path)!r}", how=factory_hint
         )
+        check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
+        for key in getattr(cfg.algo, "init_only_keys", ()):
+            was, now = info.config.get("algo", {}).get(key), getattr(cfg.algo, key)
+            if was is not None and was != now:
+                raise ConfigError(
+                    f"override algo.{key}={now}: it only sets the trained state's initial "
+                    f"value, which a resumed run takes from its checkpoint (algo.{key} was "
+                    f"{was}); start a new run for another"
+                )
         engine = build(cfg, **build_kwargs)
         resolved = cfg.model_dump(mode="json")
         state, info = checkpoints.restore(engine, info.epoch, config=resolved)

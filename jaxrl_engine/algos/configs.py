@@ -179,6 +179,13 @@ class PPOConfig(Strict):
         )
 
 
+def run_grad_steps(epochs: int, per_epoch: int, learning_starts: int, grad_steps: int) -> int:
+    """An off-policy run's gradient steps: those of the epochs from the one whose rollout
+    brings the buffer to `learning_starts` transitions on (that epoch's train learns)."""
+    first = max(-(-learning_starts // per_epoch), 1)
+    return max(epochs - first + 1, 0) * grad_steps
+
+
 def grad_steps_per_epoch(train_ratio: float, num_steps: int, num_envs: int) -> int:
     """round(train_ratio * num_steps * num_envs); the config checks it is a whole number >= 1."""
     return round(train_ratio * num_steps * num_envs)
@@ -258,10 +265,7 @@ class OffPolicyConfig(Strict):
                 f" < total_env_steps={total_env_steps} (rounded up to {run_steps}, whole "
                 "epochs); raise algo.buffer_size or use algo.buffer_mode=circular"
             )
-        # The run's gradient steps: those of the epochs from the one whose rollout brings the
-        # buffer to learning_starts transitions on (the same epoch's train learns).
-        first = max(-(-self.learning_starts // per_epoch), 1)
-        most = (epochs - first + 1) * round(grad_steps)
+        most = run_grad_steps(epochs, per_epoch, self.learning_starts, round(grad_steps))
         for key, interval, what in self.step_intervals():
             if interval > most:  # a smoke run may mean it: said, not refused
                 warnings.warn(
@@ -288,6 +292,7 @@ class OffPolicyConfig(Strict):
             )
         return Replay(
             num_envs=num_envs,
+            num_steps=self.num_steps,
             num_epochs=num_epochs,
             capacity_per_env=self.buffer_size // num_envs,
             grad_steps=grad_steps,
@@ -435,6 +440,8 @@ class SACConfig(ContinuousOffPolicyConfig):
     alpha_lr: float = Field(3e-4, gt=0, description="entropy-temperature Adam learning rate")
     tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target critics")
     init_alpha: float = Field(1.0, gt=0, description="initial entropy temperature")
+    # Keys only `init` reads (a resume keeps the checkpoint's trained value): not overridable.
+    init_only_keys: ClassVar[frozenset[str]] = frozenset({"init_alpha"})
     autotune: bool = Field(True, description="tune alpha towards target_entropy")
     target_entropy: float | None = Field(None, description="entropy target (null: -action_dim)")
 

@@ -84,7 +84,8 @@ def dqn(
         )
     num_actions = int(spec.action.num_actions or 0)
     total_env_steps = replay.num_epochs * replay.num_envs * num_steps
-    anneal_steps = max(1, replay.num_epochs * replay.grad_steps) if anneal_lr else None
+    # Over the gradient steps the run takes (the optimizer counts none before learning_starts)
+    anneal_steps = max(1, replay.run_grad_steps) if anneal_lr else None
 
     def optimizer(hp: DQNHParams):
         return adam(

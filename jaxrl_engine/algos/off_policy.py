@@ -45,6 +45,7 @@ from flax import struct
 from jaxrl_engine.algos.configs import ContinuousOffPolicyConfig as ContinuousOffPolicyConfig
 from jaxrl_engine.algos.configs import OffPolicyConfig as OffPolicyConfig
 from jaxrl_engine.algos.configs import grad_steps_per_epoch as grad_steps_per_epoch
+from jaxrl_engine.algos.configs import run_grad_steps
 from jaxrl_engine.buffers import replay
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec, Explore, Metrics
@@ -77,6 +78,7 @@ class Replay:
     algorithm; static sizes here, numeric ones (`priority_*`) read from the traced hparams."""
 
     num_envs: int
+    num_steps: int  # rollout steps per env per epoch
     num_epochs: int
     capacity_per_env: int
     grad_steps: int
@@ -85,6 +87,12 @@ class Replay:
     sync_every: int
     mode: replay.Mode = "circular"
     prioritized: bool = False
+
+    @property
+    def run_grad_steps(self) -> int:
+        """The gradient steps the whole run takes (none before `learning_starts`)."""
+        per_epoch = self.num_steps * self.num_envs
+        return run_grad_steps(self.num_epochs, per_epoch, self.learning_starts, self.grad_steps)
 
     # ------------------------------------------------------------- buffer
     def init_buffer(self, trajectory: Transition) -> replay.ReplayBuffer:

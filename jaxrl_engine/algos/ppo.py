@@ -241,7 +241,8 @@ def ppo(
         value_clipped = old_value + jnp.clip(value - old_value, -hp.clip_eps, hp.clip_eps)
         value_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
         ratio = jnp.exp(log_prob - old_log_prob)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if mb_size > 1:  # (one sample's normalised advantage is 0: SB3 skips it too)
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = -jnp.minimum(
             ratio * adv, jnp.clip(ratio, 1.0 - hp.clip_eps, 1.0 + hp.clip_eps) * adv
         ).mean()

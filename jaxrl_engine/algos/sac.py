@@ -217,7 +217,9 @@ def sac(
                 td = q - target
                 return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
 
-            grads, (td, q_mean) = jax.grad(critic_loss, has_aux=True)(params["critic"])
+            (loss_critic, (td, q_mean)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
+                params["critic"]
+            )
             updates, critic_opt = tx["critic"].update(grads, opt_state["critic"])
             critic_params = optax.apply_updates(params["critic"], updates)
 
@@ -242,7 +244,7 @@ def sac(
 
             target_critic = optax.incremental_update(critic_params, target_critic, hp.tau)
             metrics = {
-                "train/critic_loss": (td**2).mean(),
+                "train/critic_loss": loss_critic,  # (the loss the critics descend)
                 "train/actor_loss": loss_actor,
                 "train/alpha": jnp.exp(log_alpha),
                 "train/entropy": -log_prob.mean(),

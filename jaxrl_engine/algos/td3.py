@@ -187,7 +187,9 @@ def td3(
                 td = q - target
                 return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
 
-            grads, (td, q_mean) = jax.grad(critic_loss, has_aux=True)(params["critic"])
+            (loss_critic, (td, q_mean)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
+                params["critic"]
+            )
             updates, critic_opt = tx["critic"].update(grads, opt_state["critic"])
             critic_params = optax.apply_updates(params["critic"], updates)
 
@@ -218,7 +220,7 @@ def td3(
                 n % policy_delay == 0, delayed, hold, None
             )
             metrics = {
-                "train/critic_loss": (td**2).mean(),
+                "train/critic_loss": loss_critic,  # (the loss the critics descend)
                 "train/actor_loss": loss_actor,
                 "train/q_mean": q_mean,
             }

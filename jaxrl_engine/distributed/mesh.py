@@ -9,6 +9,7 @@ before anything is compiled, with a message naming the keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -32,22 +33,51 @@ def train_mesh(mesh: MeshConfig, devices: Sequence[jax.Device] | None = None) ->
     return data_mesh(devices[:data])
 
 
-def sweep_size(members: int, available: int) -> int:
-    """The most devices (at most `available`) that divide `members` evenly."""
-    return max(d for d in range(1, min(members, available) + 1) if members % d == 0)
+def sweep_size(members: int, available: int, processes: int = 1, data: int = 1) -> int:
+    """The most devices (at most `available`) that divide `members` evenly; with several
+    processes, a number whose devices (times `data`) spread evenly over them (else 0)."""
+    fits = [
+        d
+        for d in range(1, min(members, available) + 1)
+        if members % d == 0 and (d * data) % processes == 0
+    ]
+    return max(fits, default=0)
 
 
 def sweep_mesh(mesh: MeshConfig, members: int, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The 2-D (`sweep`, `data`) mesh of a program of `members` members.
 
     mesh.data: null is 1; mesh.sweep: null is `sweep_size(members, devices // data)`. Members
-    are never padded: an explicit `mesh.sweep` must divide `members`.
+    are never padded: an explicit `mesh.sweep` must divide `members`. In a multi-process job
+    the mesh takes as many devices from each process (every process holds members).
     """
+    chosen, sweep, data = sweep_devices(mesh, members, devices)
+    grid = np.array(chosen).reshape(sweep, data)
+    return Mesh(grid, (SWEEP, DATA))
+
+
+def sweep_devices(
+    mesh: MeshConfig, members: int, devices: Sequence[Any] | None = None
+) -> tuple[list[Any], int, int]:
+    """(the devices of a program's mesh in (sweep, data) order, sweep, data); `sweep_mesh`."""
     devices = list(devices) if devices is not None else jax.devices()
+    processes = sorted({d.process_index for d in devices})
     data = mesh.data if mesh.data is not None else 1
     if data > len(devices):
         raise ConfigError(f"mesh.data={data} needs {data} devices, {len(devices)} are visible")
-    sweep = mesh.sweep if mesh.sweep is not None else sweep_size(members, len(devices) // data)
+    n = len(processes)
+    sweep = (
+        mesh.sweep if mesh.sweep is not None else sweep_size(members, len(devices) // data, n, data)
+    )
+    if sweep == 0 or (sweep * data) % n:
+        # (a process holding no member fails its first collective, then the job hangs)
+        raise ConfigError(
+            f"{members} members cannot be spread evenly over the job's {n} processes "
+            f"(mesh.sweep x mesh.data = {sweep or '?'} x {data} devices; every process must "
+            f"hold members): give the sweep a number of members with a divisor that, times "
+            f"mesh.data, is a multiple of {n} and fits the {len(devices)} devices (e.g. {n} "
+            "members), or set mesh.sweep / mesh.data"
+        )
     if sweep * data > len(devices):
         raise ConfigError(
             f"mesh.sweep={sweep} x mesh.data={data} needs {sweep * data} devices, "
@@ -59,16 +89,11 @@ def sweep_mesh(mesh: MeshConfig, members: int, devices: Sequence[jax.Device] | N
             "(members are sharded evenly, not padded): choose a divisor, or leave mesh.sweep "
             "null to pick the largest that fits the devices"
         )
-    chosen = devices[: sweep * data]
-    processes = {d.process_index for d in devices}
-    if len({d.process_index for d in chosen}) < len(processes):
-        # (a process holding no member fails its first collective, then the job hangs)
+    per = sweep * data // n  # from each process, in its own device order
+    chosen = [d for p in processes for d in [x for x in devices if x.process_index == p][:per]]
+    if len(chosen) < sweep * data:
         raise ConfigError(
-            f"{members} members on mesh.sweep={sweep} x mesh.data={data} = {len(chosen)} "
-            f"devices leave processes out: a multi-process sweep puts members on the devices "
-            f"of all {len(processes)} processes ({len(devices)} devices), so give it a number "
-            f"of members that spreads over them (e.g. a multiple of {len(processes)}), or set "
-            "mesh.sweep / mesh.data to use them all"
+            f"mesh.sweep={sweep} x mesh.data={data} needs {per} devices from each of the "
+            f"{n} processes; some have fewer"
         )
-    grid = np.array(chosen).reshape(sweep, data)
-    return Mesh(grid, (SWEEP, DATA))
+    return chosen, sweep, data

@@ -24,6 +24,7 @@ processes use their own collectives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -127,7 +128,16 @@ def join(settings: Any) -> bool:
     return jax.process_count() > 1
 
 
-PER_PROCESS_KEYS = ("distributed.process_id", "progress")
+# What may differ between the processes of a job: each its own id, display, logging (process
+# 0 logs), compile cache folder and name for the coordinator's host.
+PER_PROCESS_KEYS = (
+    "distributed.process_id",
+    "distributed.coordinator",
+    "progress",
+    "loggers",
+    "wandb",
+    "compile_cache_dir",
+)
 
 
 def check_same_config(described: dict[str, Any], what: str = "config") -> None:
@@ -143,11 +153,7 @@ def check_same_config(described: dict[str, Any], what: str = "config") -> None:
     import numpy as np
     from jax.experimental import multihost_utils
 
-    flat = {
-        k: v
-        for k, v in _flat(described).items()
-        if not any(k == p or k.endswith("." + p) for p in PER_PROCESS_KEYS)  # (a sweep's too)
-    }
+    flat = {k: v for k, v in _flat(described).items() if not _per_process(k)}
     mine = np.frombuffer(json.dumps(flat, sort_keys=True).encode(), np.uint8)
     sizes = np.asarray(multihost_utils.process_allgather(np.array([mine.size], np.int32)))
     padded = np.zeros(int(sizes.max()), np.uint8)
@@ -171,6 +177,17 @@ def check_same_config(described: dict[str, Any], what: str = "config") -> None:
             f"0's: {shown}): give every process the same config and overrides (only "
             f"{' and '.join(PER_PROCESS_KEYS)} may differ)"
         )
+
+
+def _per_process(key: str) -> bool:
+    """`key` (or a sweep spec's `config.<key>`) is one of `PER_PROCESS_KEYS` or inside one."""
+    parts = key.split(".")
+    for start in (0, 1) if parts[0] == "config" else (0,):
+        for p in PER_PROCESS_KEYS:
+            given = p.split(".")
+            if parts[start : start + len(given)] == given:
+                return True
+    return False
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -214,7 +231,8 @@ def _host(coordinator: str, num_processes: int, deadline: float, timeout_s: floa
         raise DistributedError(
             f"distributed.coordinator={coordinator}: process 0 runs the job's coordinator on "
             f"port {port}, which cannot be opened on this machine ({e}): choose another port "
-            "(the same for every process)"
+            "(the same for every process), unless another process of this job was given "
+            "distributed.process_id=0 too"
         ) from None
     waiting = set(range(1, num_processes))
     with server:
@@ -246,11 +264,12 @@ def _host(coordinator: str, num_processes: int, deadline: float, timeout_s: floa
                     else:
                         reply = "ok"
                     conn.sendall(reply.encode() + b"\n")
-                    if reply == "ok":
-                        conn.recv(1)  # their close first: no TIME_WAIT left on this port
-                        waiting.discard(pid)
                 except (OSError, ValueError, IndexError):
                     continue  # a process that went away mid-handshake comes again
+                if reply == "ok":  # (it goes on to jax.distributed from here)
+                    waiting.discard(pid)
+                    with contextlib.suppress(OSError):
+                        conn.recv(1)  # their close first: no TIME_WAIT left on this port
 
 
 def _join(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Literal
 
 import jax
@@ -244,6 +245,8 @@ class GymnasiumEnv:
             import gymnasium
             from gymnasium.vector import AutoresetMode
 
+            if self.vectorization == "async":
+                _literal_gymnasium_errors()
             self.rebuilds += params in self._released
             self._released.discard(params)
             with found_modules_on_path():  # (a spawned worker imports the env's module)
@@ -261,20 +264,46 @@ class GymnasiumEnv:
             self._needs_reset[params] = True
         return self._vec[params]
 
-    def _host_reset(self, params: HostEnvParams, key_data: np.ndarray) -> tuple[Any, Any]:
+    def _vec_call(self, params: HostEnvParams, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`vec.<method>(...)`, its failures named: a worker that died (async), observations
+        that do not fit the env's space (gymnasium stacks them with a bare numpy error)."""
         vec = self.vector_env(params)
-        obs, _ = vec.reset(seed=int(np.asarray(key_data).ravel()[-1]))
+        where = f"env {self.id_of(params)!r} (env.vectorization={self.vectorization})"
+        try:
+            return getattr(vec, method)(*args, **kwargs)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as e:
+            processes = getattr(vec, "processes", [])
+            for _ in range(20):  # its pipe closes a moment before it is reaped: up to 1 s
+                if any(p.exitcode for p in processes):
+                    break
+                time.sleep(0.05)
+            codes = [p.exitcode for p in processes]
+            dead = ", ".join(f"worker {i}: exit code {c}" for i, c in enumerate(codes) if c)
+            raise RuntimeError(
+                f"{where}: a worker process died during {method}() ({dead or type(e).__name__}); "
+                "its env ended the process (os._exit, a crash, the OOM killer)"
+            ) from e
+        except ValueError as e:
+            if not any(m in str(e) for m in ("wrong shape", "could not broadcast")):
+                raise
+            raise ValueError(
+                f"{where}: {method}() returned observations that do not fit its observation "
+                f"space (shape {list(self.obs_shape)}): {e}"
+            ) from e
+
+    def _host_reset(self, params: HostEnvParams, key_data: np.ndarray) -> tuple[Any, Any]:
+        obs, _ = self._vec_call(params, "reset", seed=int(np.asarray(key_data).ravel()[-1]))
         self._needs_reset[params] = False
         return self._obs(obs), np.zeros((self.sizes[params.role],), np.int32)
 
     def _host_step(self, params: HostEnvParams, action: np.ndarray) -> tuple[Any, ...]:
-        vec = self.vector_env(params)
+        self.vector_env(params)
         n = self.sizes[params.role]
         if self._needs_reset[params]:  # e.g. a resumed run: its episodes start afresh
             self._host_reset(params, self._restart_seed())
         action = np.asarray(action)
-        obs, reward, terminated, truncated, info = vec.step(
-            action.astype(np.int64) if self.action.discrete else action
+        obs, reward, terminated, truncated, info = self._vec_call(
+            params, "step", action.astype(np.int64) if self.action.discrete else action
         )
         final = np.array(obs, copy=True)
         if "_final_obs" in info:
@@ -295,7 +324,14 @@ class GymnasiumEnv:
 
     def close(self) -> None:
         for vec in self._vec.values():
-            vec.close()
+            try:
+                vec.close()
+            except (EOFError, BrokenPipeError, ConnectionResetError):  # a worker died (async):
+                for process in getattr(vec, "processes", []):  # gymnasium waits on its pipe
+                    if process.is_alive():
+                        process.terminate()
+                    process.join()
+                vec.closed = True
         self._vec.clear()
 
     # ---------------------------------------------------------------------- traced side
@@ -339,3 +375,20 @@ def steps_per_second_of_random_policy(env: GymnasiumEnv, steps: int = 2000) -> f
     for _ in range(math.ceil(steps / n)):
         vec.step(vec.action_space.sample())
     return math.ceil(steps / n) * n / (time.perf_counter() - start)
+
+
+def _literal_gymnasium_errors() -> None:
+    """gymnasium's async vector env logs a worker's traceback as `logger.error(f"{trace}")`,
+    which formats it again with `%`: a `%` in the traceback raised a TypeError in place of
+    the worker's exception. Its error messages are taken literally (installed once)."""
+    from gymnasium import logger
+
+    if getattr(logger.error, "literal", False):
+        return
+    error = logger.error
+
+    def literal(msg: str, *args: object) -> None:
+        error(msg, *args) if args else error("%s", msg)
+
+    literal.literal = True  # type: ignore[attr-defined]
+    logger.error = literal

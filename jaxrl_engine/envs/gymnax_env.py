@@ -24,6 +24,13 @@ def available_env_ids() -> list[str]:
     return [e for e in gymnax.registered_envs if e not in _EXCLUDED]
 
 
+# name -> (the params it is computed from, how): gymnax computes them once, in the defaults.
+DERIVED_PARAMS: dict[str, tuple[tuple[str, ...], Any]] = {
+    "total_mass": (("masspole", "masscart"), lambda p: p["masspole"] + p["masscart"]),
+    "polemass_length": (("masspole", "length"), lambda p: p["masspole"] * p["length"]),
+}
+
+
 class GymnaxEnv:
     """A gymnax env with its params bound; `step`/`reset` follow gymnax 1.0 exactly."""
 
@@ -79,6 +86,12 @@ class GymnaxEnv:
                     f"{where}: this param is an array of shape {shape}; it cannot be overridden"
                 )
             values[name] = value
+        # Params gymnax's step reads as stored but that are derived from others (CartPole's
+        # total_mass, polemass_length): follow their sources unless given themselves.
+        merged = {f: values.get(f, getattr(params, f)) for f in fields}
+        for name, (sources, derive) in DERIVED_PARAMS.items():
+            if name in fields and name not in values and any(s in values for s in sources):
+                values[name] = float(derive(merged))
         return params.replace(**values)
 
     def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:

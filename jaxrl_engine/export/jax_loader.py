@@ -30,6 +30,11 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
         directory / "act.jaxexport", lambda p: jax.export.deserialize(bytearray(p.read_bytes()))
     )
     params = _read(directory / "params.npz", _load_params)
+    (wanted, _), _ = jax.tree.unflatten(exported.in_tree, exported.in_avals)
+    for name, aval in wanted.items():  # bfloat16 is saved as raw 2-byte records: its bits
+        have = params.get(name)
+        if have is not None and have.dtype.kind == "V" and have.dtype.itemsize == 2:
+            params[name] = have.view(aval.dtype)
     obs_dtype = np.dtype(meta["obs_dtype"])
     no_actions = jnp.zeros((0, *meta["action_shape"]), meta["action_dtype"])
 

@@ -105,8 +105,20 @@ def unflatten_params(like: Any, flat: dict[str, Any]) -> Any:
             )
     return jax.tree.unflatten(
         leaves[1],
-        [jnp.asarray(flat[n], x.dtype) for n, (_, x) in zip(names, leaves[0], strict=True)],
+        [
+            jnp.asarray(as_saved(flat[n], x.dtype), x.dtype)
+            for n, (_, x) in zip(names, leaves[0], strict=True)
+        ],
     )
+
+
+def as_saved(array: Any, dtype: Any) -> Any:
+    """`array` read back from `params.npz` as `dtype`: numpy saves bfloat16 (no numpy dtype
+    of its own) as raw 2-byte records, which are its bits."""
+    array = np.asarray(array)
+    if array.dtype.kind == "V" and array.dtype.itemsize == np.dtype(dtype).itemsize:
+        return array.view(dtype)
+    return array
 
 
 def torch_spec(engine: Engine, flat: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -304,7 +316,7 @@ def load_exported(directory: str | Path) -> tuple[jax.export.Exported, dict[str,
         problem = f"its params are not the graph's: missing {missing[:3]}, unexpected {extra[:3]}"
     else:
         for name, aval in wanted.items():
-            have = params[name]
+            have = params[name] = as_saved(params[name], aval.dtype)
             if tuple(have.shape) != tuple(aval.shape) or have.dtype != aval.dtype:
                 problem = (
                     f"saved param {name!r} is {have.dtype}{list(have.shape)}, the exported "

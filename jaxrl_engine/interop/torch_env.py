@@ -152,9 +152,10 @@ def check_sim_step(spec: EnvSpec, sim: TorchBatchSim, out: Any) -> None:
                 + ("bool" if kinds == ("bool",) else "numbers")
             )
     if not isinstance(info, dict) or "final_observation" not in info:
+        got = f"a dict of {sorted(info)}" if isinstance(info, dict) else type(info).__name__
         raise ValueError(
-            f"torch simulator {name}: step()'s info is a dict holding 'final_observation' "
-            "(each env's observation before its auto-reset)"
+            f"torch simulator {name}: step()'s info is {got}, without 'final_observation': it "
+            "must hold each env's observation before its auto-reset"
         )
     check_sim_obs(spec, sim, "step()'s info['final_observation']", info["final_observation"])
 

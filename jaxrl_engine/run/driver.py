@@ -34,6 +34,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
+from jaxrl_engine.distributed.multihost import check_same_config
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
 from jaxrl_engine.io.files import SPEC_FILE, RunDirError, check_no_symlinks, check_run_entries
 from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, Summary, default_host_hooks
@@ -248,6 +249,7 @@ class Driver:
                 raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
             cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})
         _check_describes(cfg, engine)
+        check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
         compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))
         total = epochs_asked(num_epochs, first, engine.num_epochs, "engine.run")
@@ -303,6 +305,7 @@ class Driver:
             raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()
             training = True
+            failure = None
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:
                     state, records, failure = self._chunk(engine, state, run, hooks)
@@ -330,7 +333,12 @@ class Driver:
         except KeyboardInterrupt as e:  # raised by a hook (e.g. `on_epoch`), not a signal
             if not training or run.status != "running":
                 raise  # (before training: a signal, raised by the CLI's `raise_if_stopped`)
-            if not _alive(state):  # raised inside a compiled call's chunk: its input is gone
+            if failure is not None:  # the chunk's nan_guard fired: that is what stopped it
+                self._fail(run, state, hooks, *failure)
+            # Raised inside a compiled call's chunk (its input donated), or in one process of
+            # several (the others are in their next collective: a checkpoint would wait): a
+            # failure, as any other error of a hook.
+            if not _alive(state) or jax.process_count() > 1:
                 _summary_of_failure(run, state, hooks, e)
                 raise
             # The state after the last whole chunk: stopped as a signal stops it.

@@ -81,6 +81,8 @@ def test_an_update_interval_longer_than_the_run_is_warned_about_with_the_runs_st
     for _ in range(engine.num_epochs):
         state, _ = engine.epoch(state)
     assert int(state.train.schedule.grad_steps) == 56  # the count the warning names
+    # ... and the one DQN's anneal_lr schedule spans (it ended at 0.5 x lr with warm-up)
+    assert engine.driver.cfg.algo.replay(4, engine.num_epochs).run_grad_steps == 56
 
 
 @pytest.mark.parametrize("algo", ["dqn", "sac"])
@@ -235,3 +237,15 @@ def test_replay_buffer_is_sharded_over_data_and_matches_one_device():
     assert abs(one["loss"] - four["loss"]) <= 1e-4 * max(1.0, abs(one["loss"]))
     for a, b in zip(one["params"], four["params"], strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_a_resume_refuses_a_new_init_alpha_which_only_init_reads(tmp_path):
+    # Accepted and recorded in config.yaml, the override changed nothing: alpha is trained
+    # state (log_alpha), restored from the checkpoint.
+    cfg = config("sac", "algo.autotune=false", "save_interval=2", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)
+    run = tmp_path / cfg.name
+    with pytest.raises(jre.ConfigError, match=r"algo.init_alpha=0.05: it only sets the trained"):
+        jre.resume(run, ["algo.init_alpha=0.05"])
+    jre.resume(run, ["algo.actor_lr=0.0001"])  # a hyperparameter the steps read: applies

@@ -74,3 +74,23 @@ def test_continuous_actions_have_env_shape_and_are_clipped_for_the_env(tmp_path)
     assert extras["log_prob"].shape == (4,)
     big = jnp.full((4, 1), 100.0)
     assert float(engine.spec.action.clip(big).max()) == 2.0
+
+
+def test_minibatches_of_one_sample_keep_their_advantage_and_learn(tmp_path):
+    # Normalising one sample's advantage gives 0 (its own mean): the policy never moved.
+    import jaxrl_engine as jre
+    from tests.conftest import small_config
+
+    cfg = small_config(
+        "algo.num_steps=4", "algo.num_minibatches=16", "algo.update_epochs=1", tmp_path=tmp_path
+    )  # 4 envs x 4 steps: 16 minibatches of one sample
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    before = jax.device_get(state.train.params)
+    state, metrics = engine.epoch(state)
+    assert float(metrics["train/policy_loss"]) != 0.0
+    actor_head = ("params", "MLP_0", "Dense_2", "kernel")  # the logits layer
+    old, new = before, jax.device_get(state.train.params)
+    for key in actor_head:
+        old, new = old[key], new[key]
+    assert not np.array_equal(old, new), "the policy did not move"

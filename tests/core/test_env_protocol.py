@@ -195,3 +195,16 @@ def test_the_engines_host_and_brax_adapters_keep_the_protocol(suite, env_id):
         check_env(env, env.params, env.spec(env.params), 2)
     finally:
         getattr(env, "close", lambda: None)()
+
+
+def test_cartpoles_derived_params_follow_the_params_they_come_from():
+    # gymnax's step reads total_mass and polemass_length as stored: a heavier pole alone left
+    # them at the defaults' values (inconsistent physics, silently).
+    from jaxrl_engine.envs.gymnax_env import GymnaxEnv
+
+    heavy = GymnaxEnv("CartPole-v1", {"masspole": 1.0, "length": 2.0}).params
+    assert (heavy.total_mass, heavy.polemass_length) == (2.0, 2.0)  # 1 + 1.0 cart; 1.0 * 2
+    given = GymnaxEnv.with_params(heavy, {"masspole": 0.5, "total_mass": 9.0})
+    assert (given.total_mass, given.polemass_length) == (9.0, 1.0)  # as given; 0.5 * 2
+    cfg = jre.load_config(None, ["eval.env_params={masspole: 1.0}"])
+    assert jre.build(cfg).eval_env_params.total_mass == 2.0

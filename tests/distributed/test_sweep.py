@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from jaxrl_engine.distributed.mesh import sweep_mesh, sweep_size, train_mesh
+from jaxrl_engine.distributed.mesh import sweep_devices, sweep_mesh, sweep_size, train_mesh
 from jaxrl_engine.distributed.sweep import member_name, parse_seeds, plan_sweep, sweep_arguments
 from jaxrl_engine.export.policy import load_params
 from jaxrl_engine.io.config import MeshConfig
@@ -261,7 +261,7 @@ def test_traced_keys_are_the_hparams_leaves():
 
 
 def test_mesh_sizes_are_checked_naming_the_keys():
-    four = [object()] * 4  # only counted: every error is raised before a Mesh is made
+    four = [SimpleNamespace(process_index=0)] * 4  # every error is raised before a Mesh
     with pytest.raises(jre.ConfigError, match=r"mesh.sweep=3 x mesh.data=2 needs 6 devices, 4"):
         sweep_mesh(MeshConfig(sweep=3, data=2), 6, four)
     with pytest.raises(jre.ConfigError, match=r"mesh.sweep=3 must divide the 8 members"):
@@ -272,9 +272,16 @@ def test_mesh_sizes_are_checked_naming_the_keys():
     assert sweep_mesh(MeshConfig(), 8).shape == {"sweep": 1, "data": 1}
     # Two processes of two devices: 5 members fit one device only (of process 0), and the
     # process left without a member failed its first collective, then the job hung.
-    two_by_two = [SimpleNamespace(process_index=i // 2) for i in range(4)]
-    with pytest.raises(jre.ConfigError, match=r"5 members on mesh.sweep=1 x mesh.data=1 = 1 "):
+    two_by_two = [SimpleNamespace(process_index=i // 2, id=i) for i in range(4)]
+    with pytest.raises(jre.ConfigError, match=r"5 members cannot be spread evenly over the job"):
         sweep_mesh(MeshConfig(), 5, two_by_two)
+    # 2 members: one device of each process (the first two devices are both process 0's).
+    chosen, sweep, data = sweep_devices(MeshConfig(), 2, two_by_two)
+    assert [d.id for d in chosen] == [0, 2] and (sweep, data) == (2, 1)
+    chosen, sweep, data = sweep_devices(MeshConfig(), 8, two_by_two)
+    assert [d.id for d in chosen] == [0, 1, 2, 3] and sweep == 4
+    chosen, _, _ = sweep_devices(MeshConfig(data=2), 2, two_by_two)  # data within a process
+    assert [d.id for d in chosen] == [0, 1, 2, 3]
 
 
 def test_cli_sweep_end_to_end(tmp_path):

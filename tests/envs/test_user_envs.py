@@ -10,6 +10,7 @@ import itertools
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from jaxrl_engine import cli
@@ -176,3 +177,69 @@ def test_a_user_module_that_fails_on_import_is_named_with_its_error(tmp_path, mo
     assert status == cli.EXIT_BAD_INPUT
     assert "--import broken_envs_mod: RuntimeError: boom at import" in err
     sys.modules.pop("broken_envs_mod", None)
+
+
+BREAKING = '''
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Breaks(gym.Env):
+    """Steps fine until step 3, then breaks as `how` says."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, how="raise"):
+        self.how, self.n = how, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.n += 1
+        if self.n >= 3:
+            if self.how == "raise":
+                raise RuntimeError("broke at step %d (100%% sure)" % self.n)
+            if self.how == "exit":
+                os._exit(3)
+            return np.zeros(3, np.float32), 1.0, False, False, {}  # "shape"
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+gym.register("{env}", entry_point=Breaks)
+'''
+
+
+@pytest.mark.parametrize(
+    "how, vectorization, error, message",
+    [
+        # gymnasium's async env logged the worker's traceback through `%` formatting: a `%`
+        # in it raised "TypeError: not enough arguments for format string" instead.
+        ("raise", "async", RuntimeError, r"broke at step 3 \(100% sure\)"),
+        ("exit", "async", RuntimeError, r"a worker process died during step\(\) \(worker 0: exit"),
+        ("shape", "sync", ValueError, r"step\(\) returned observations that do not fit its obs"),
+        ("shape", "async", ValueError, r"step\(\) returned observations that do not fit its obs"),
+    ],
+)
+def test_an_env_that_breaks_while_stepping_is_named(
+    tmp_path, monkeypatch, how, vectorization, error, message
+):
+    from jaxrl_engine.envs.gymnasium_env import GymnasiumEnv
+
+    k = next(_names)
+    name, env_id = f"breaking_{k}", f"Breaks{k}-v0"
+    (tmp_path / f"{name}.py").write_text(BREAKING.replace("{env}", env_id))
+    monkeypatch.chdir(tmp_path)
+    env = GymnasiumEnv(f"{name}:{env_id}", 1, 1, {"how": how}, vectorization)
+    try:
+        env._host_reset(env.params, np.zeros(2, np.uint32))
+        with pytest.raises(error, match=message):
+            for _ in range(3):
+                env._host_step(env.params, np.zeros(1, np.int32))
+    finally:
+        env.close()

@@ -118,10 +118,17 @@ class DoubleObs(TorchCartPole):
         return super().reset().double()
 
 
+class NoFinal(TorchCartPole):
+    def step(self, actions):
+        obs, reward, terminated, truncated, _ = super().step(actions)
+        return obs, reward, terminated, truncated, {}
+
+
 @pytest.mark.parametrize(
     "sim, message",
     [
         (FloatDone, r"FloatDone: step\(\) gives terminated of shape \[4\] and dtype torch.float32"),
+        (NoFinal, r"info is a dict of \[\], without 'final_observation': it must hold"),
         (DoubleObs, r"reset\(\) gives observations of shape \[4, 4\] and dtype torch.float64; "),
     ],
 )

@@ -356,6 +356,27 @@ def test_bf16_acting_copy(tmp_path):
     np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)
 
 
+def test_a_bf16_acting_policy_is_exported_evaluated_and_loaded(tmp_path):
+    # numpy saves bfloat16 as raw 2-byte records ('|V2'): eval and the loaders failed on them.
+    import importlib.util
+
+    from jaxrl_engine.export.evaluate import evaluate_run
+    from jaxrl_engine.export.policy import load_params
+
+    engine = jre.build(_torch_cfg(tmp_path, "algo.torch_policy.acting_dtype=bfloat16"))
+    state, _ = engine.run(engine.init(jax.random.key(0)))
+    run = tmp_path / engine.driver.cfg.name
+    assert evaluate_run(run, episodes=4)["episodes"] == 4
+    loaded = load_params(engine, run / "policy")
+    for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(state.eval_params), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    spec = importlib.util.spec_from_file_location("bf16_policy", run / "policy" / "policy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    act, params = module.load()
+    assert act(params, np.zeros((3, 4), np.float32)).shape == (3,)
+
+
 def test_torch_learner_needs_a_torch_critic():
     with pytest.raises(jre.ConfigError, match="critic: torch"):
         small_config("algo.torch_policy.learner=torch")
