@@ -264,10 +264,11 @@ class GymnasiumEnv:
             self._needs_reset[params] = True
         return self._vec[params]
 
-    def _vec_call(self, params: HostEnvParams, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _vec_call(
+        self, vec: Any, params: HostEnvParams, method: str, *args: Any, **kwargs: Any
+    ) -> Any:
         """`vec.<method>(...)`, its failures named: a worker that died (async), observations
         that do not fit the env's space (gymnasium stacks them with a bare numpy error)."""
-        vec = self.vector_env(params)
         where = f"env {self.id_of(params)!r} (env.vectorization={self.vectorization})"
         try:
             return getattr(vec, method)(*args, **kwargs)
@@ -292,18 +293,19 @@ class GymnasiumEnv:
             ) from e
 
     def _host_reset(self, params: HostEnvParams, key_data: np.ndarray) -> tuple[Any, Any]:
-        obs, _ = self._vec_call(params, "reset", seed=int(np.asarray(key_data).ravel()[-1]))
+        vec = self.vector_env(params)
+        obs, _ = self._vec_call(vec, params, "reset", seed=int(np.asarray(key_data).ravel()[-1]))
         self._needs_reset[params] = False
         return self._obs(obs), np.zeros((self.sizes[params.role],), np.int32)
 
     def _host_step(self, params: HostEnvParams, action: np.ndarray) -> tuple[Any, ...]:
-        self.vector_env(params)
+        vec = self.vector_env(params)
         n = self.sizes[params.role]
         if self._needs_reset[params]:  # e.g. a resumed run: its episodes start afresh
             self._host_reset(params, self._restart_seed())
         action = np.asarray(action)
         obs, reward, terminated, truncated, info = self._vec_call(
-            params, "step", action.astype(np.int64) if self.action.discrete else action
+            vec, params, "step", action.astype(np.int64) if self.action.discrete else action
         )
         final = np.array(obs, copy=True)
         if "_final_obs" in info:

@@ -25,6 +25,7 @@ architecture: the flax MLP actor-critic (PPO).
 
 from __future__ import annotations
 
+import copy
 import json
 import struct
 import zipfile
@@ -39,6 +40,7 @@ import numpy as np
 from jaxrl_engine.algos.networks import ActorCritic
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.interop.dlpack import to_torch
+from jaxrl_engine.interop.torch_policy import export_to_torch
 from jaxrl_engine.io.files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
@@ -246,11 +248,7 @@ def write_torch_actor(engine: Engine, params: Any, directory: Path) -> Path | No
     net = params.get("net") if isinstance(params, dict) else None
     if module is None or not isinstance(net, dict) or "actor" not in net:
         return None
-    import copy
-
-    import torch
-
-    from jaxrl_engine.interop.torch_policy import export_to_torch
+    import torch  # (the torch extra: a policy with a torch actor has it)
 
     trained = copy.deepcopy(module)  # (the engine's own module is left as the user gave it)
     export_to_torch(jax.tree.map(jnp.asarray, net["actor"]), trained)  # (host copies too)
