@@ -8,6 +8,7 @@ saved); on an accelerator the idle params and optimizer state leave device memor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -80,3 +81,25 @@ def placement_hooks(phase: str, mesh: Mesh) -> list[Hook]:
     if place["offload"]:
         hooks.append(offload_after(place["offload"], mesh))
     return hooks
+
+
+def host_subtrees(tree: Any) -> list[str]:
+    """The dotted paths of the largest subtrees of `tree` (arrays or `ShapeDtypeStruct`s with
+    shardings) whose leaves are all in host memory, e.g. `["train.params"]`."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    named = [
+        (
+            tuple(jax.tree_util.keystr((k,), simple=True, separator=".") for k in path),
+            getattr(getattr(leaf, "sharding", None), "memory_kind", None) == "pinned_host",
+        )
+        for path, leaf in leaves
+    ]
+    on_host: dict[tuple[str, ...], bool] = {}  # every prefix: whether all its leaves are
+    for keys, host in named:
+        for i in range(1, len(keys) + 1):
+            on_host[keys[:i]] = on_host.get(keys[:i], True) and host
+    return [
+        ".".join(keys)
+        for keys, host in on_host.items()
+        if host and not any(on_host.get(keys[:i]) for i in range(1, len(keys)))
+    ]

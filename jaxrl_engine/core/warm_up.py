@@ -7,12 +7,14 @@ into the next, so the state is untouched and nothing needs reseeding.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from jaxrl_engine.core.offload import host_subtrees
 from jaxrl_engine.core.phases import env_keys, reset_batch, step_batch
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
 from jaxrl_engine.core.state import EngineState
@@ -37,8 +39,18 @@ def compile_phase(name: str, fn: Any, *args: Any) -> tuple[Any, dict[str, float]
             for note in dict.fromkeys(getattr(e, "__notes__", []))
             if note.startswith("raised in phase")  # (not JAX's traceback notes)
         )
+        where = ""
+        if "memory_space" in str(e) and (host := host_subtrees(args[0])):
+            # A user's `offload_after` left them there and a phase computes with them.
+            inner = re.findall(r"raised in phase '(\w+)'", notes)
+            reader = f"phase '{inner[-1]}'" if inner else "the phase that reads them"
+            where = (
+                f"; the state's {', '.join(host)} are in host memory when '{name}' starts "
+                f"(an offload_after hook put them there): add reload_before({host!r}, mesh) "
+                f"to {reader}, or use offload: true"
+            )
         raise ShapeMismatchError(
-            f"warm_up: phase '{name}' failed to compile: {type(e).__name__}: {e}{notes}"
+            f"warm_up: phase '{name}' failed to compile: {type(e).__name__}: {e}{notes}{where}"
         ) from e
     cost = compiled.cost_analysis() or {}
     memory = compiled.memory_analysis()

@@ -6,6 +6,7 @@ import gc
 
 import jax
 import numpy as np
+import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine.core.offload import OFFLOAD_PLACEMENT, OFFLOADED_BETWEEN_EPOCHS
@@ -132,3 +133,22 @@ def test_the_users_own_offload_hooks_set_the_placement_between_epochs(tmp_path):
         np.testing.assert_array_equal(a, b)
     _, summary = hooked.run(hooked.init(jax.random.key(1)), run_dir=tmp_path / "hooked")
     assert summary["status"] == "completed"
+
+
+def test_params_left_in_host_memory_for_a_phase_that_reads_them_are_named(tmp_path):
+    # The user offloads the params after `train` and never reloads them: the next epoch's
+    # rollout computes with host-memory params, which XLA refuses. The error names where
+    # they are, the phase that reads them and the hook that fixes it, before any training.
+    cfg = small_config(tmp_path=tmp_path)
+    mesh = jre.build(cfg).mesh
+    hooks = {
+        "train": [jre.offload_after(["train.params"], mesh)],
+        "evaluate": [jre.reload_before(["train.params", "eval_params"], mesh)],
+    }
+    engine = jre.build(cfg, hooks=hooks)
+    with pytest.raises(jre.ShapeMismatchError) as error:
+        engine.warm_up(engine.init(jax.random.key(0)))
+    message = str(error.value)
+    assert "memory_space" in message
+    assert "train.params" in message
+    assert "add reload_before(" in message and "to phase 'rollout'" in message
