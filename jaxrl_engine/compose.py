@@ -398,9 +398,17 @@ def resume(
     if epoch is not None and isinstance(engine.driver, Driver):
         engine.driver.resume_from = info.epoch
     changes = config_changes(info.config, resolved)
+    stretched = ""
+    if info.config.get("total_env_steps") != cfg.total_env_steps and (
+        scheduled := cfg.algo.run_length_schedules()
+    ):
+        stretched = (
+            f" ({' and '.join(scheduled)}: scheduled over the new total_env_steps from this "
+            "epoch on, so the run differs from one trained to it from the start)"
+        )
     print(
         f"jaxrl-engine: resuming {path} from its checkpoint of epoch {info.epoch}"
-        + (f", with config changes: {'; '.join(changes)}" if changes else ""),
+        + (f", with config changes: {'; '.join(changes)}{stretched}" if changes else ""),
         file=sys.stderr,
     )
     return engine, state

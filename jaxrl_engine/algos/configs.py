@@ -133,6 +133,10 @@ class PPOConfig(Strict):
         """The CNN torso's conv layers for `spec` (None: MLPs alone), from algo.torso/cnn."""
         return conv_spec(self.torso, self.cnn, spec)
 
+    def run_length_schedules(self) -> list[str]:
+        """What is scheduled over the run's env steps (a resume to another total stretches it)."""
+        return ["the learning rate (algo.anneal_lr)"] if self.anneal_lr else []
+
     def hparams(self, spec: EnvSpec) -> PPOHParams:
         from jaxrl_engine.algos.ppo import PPOHParams
 
@@ -276,6 +280,10 @@ class OffPolicyConfig(Strict):
                     stacklevel=2,
                 )
 
+    def run_length_schedules(self) -> list[str]:
+        """What is scheduled over the run's env steps (a resume to another total stretches it)."""
+        return []
+
     def step_intervals(self) -> list[tuple[str, int, str]]:
         """(key, interval in gradient steps, what it updates) the run must reach at least once."""
         return []
@@ -370,6 +378,10 @@ class DQNConfig(OffPolicyConfig):
     def check_observations(self, spec: EnvSpec) -> None:
         """ValueError naming algo.torso / algo.cnn.* when the torso does not fit the env."""
         conv_spec(self.torso, self.cnn, spec)
+
+    def run_length_schedules(self) -> list[str]:
+        lr = ["the learning rate (algo.anneal_lr)"] if self.anneal_lr else []
+        return ["epsilon (algo.exploration_fraction)", *lr]
 
     def step_intervals(self) -> list[tuple[str, int, str]]:
         return [("target_update_interval", self.target_update_interval, "the target network")]

@@ -294,7 +294,7 @@ class Driver:
                 else ["epochs", "evaluate"]
             )
             missing = [name for name in needed if not engine.compiled(name)]
-            if missing:
+            if missing and run.done < total:  # (a run killed after its last epoch: none)
 
                 def compiling(name: str, index: int, count: int) -> None:
                     for hook in hooks:
@@ -378,7 +378,9 @@ class Driver:
             )
             print(
                 f"jaxrl-engine: {run} is {'finished' if status == 'completed' else 'paused'} "
-                f"(epoch {first} of {total}); its summary is unchanged ({advice})",
+                f"(epoch {first} "
+                + (f"of {total}" if first == total else f"of {first}, past the {total} asked for")
+                + f"); its summary is unchanged ({advice})",
                 file=sys.stderr,
             )
             return summary

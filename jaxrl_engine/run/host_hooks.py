@@ -106,7 +106,12 @@ class RunInfo:
             "compile_s": self.compile_s,
             "train_s": self.train_s,
             "end_s": 0.0 if self.train_end is None else now - self.train_end,
+            # this call's: env steps it trained / train_s (null when it trained none)
             "steps_per_second": self.steps_per_second,
+            "trained_env_steps": (self.done - self.first) * self.engine.steps_per_epoch,
+            # the run's whole life, over every process that trained it (metrics.jsonl's wall_s
+            # counts on so): the other times are this call's
+            "run_wall_s": self.wall_offset + now - self.wall_start,
             # Both absolute, whatever run_dir was given as.
             "run_dir": str(self.out.path.absolute()),
             "checkpoint": None if self.checkpoint is None else str(self.checkpoint.absolute()),
@@ -396,7 +401,11 @@ class ExportPolicy(HostHook):
             warnings.warn(f"policy not exported: {e}", stacklevel=2)
         if run.summary and run.train_end is not None:  # the summary's times include the export
             now = time.perf_counter()
-            run.summary.update(wall_s=now - run.wall_start, end_s=now - run.train_end)
+            run.summary.update(
+                wall_s=now - run.wall_start,
+                end_s=now - run.train_end,
+                run_wall_s=run.wall_offset + now - run.wall_start,
+            )
             run.out.write_summary(run.summary)
 
 

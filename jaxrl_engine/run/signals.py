@@ -92,8 +92,9 @@ def stop_on_signals(checkpoints: bool = True) -> Iterator[StopSignal]:
     try:
         yield stop
     finally:
-        global _training_ended
+        global _training_ended, _stopped_in_training
         _training_ended = True
+        _stopped_in_training = stop.signame is not None  # a next signal is the second
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         signal.set_wakeup_fd(previous_fd)
@@ -106,10 +107,11 @@ _pending: list[str] = []  # signals received before training (with `stop_before_
 # Set when a training's handler (`stop_on_signals`) gives the CLI's back: a signal then comes
 # while the process closes, not before training.
 _training_ended = False
+_stopped_in_training = False  # that handler got a signal (its first)
 
 
 def _record_early(signum: int, frame: Any) -> None:
-    if _pending:
+    if _pending or _stopped_in_training:
         os._exit(128 + signum)
     _pending.append(signal.Signals(signum).name)
     when = (
@@ -128,8 +130,8 @@ def stop_before_training() -> None:
     """Install the CLI's handler for the time before training: a signal is recorded, never
     raised at a random bytecode (a `KeyboardInterrupt` raised inside a garbage-collector
     callback is swallowed), and `raise_if_stopped` ends the start-up at the next safe point."""
-    global _training_ended
-    _training_ended = False
+    global _training_ended, _stopped_in_training
+    _training_ended = _stopped_in_training = False
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _record_early)

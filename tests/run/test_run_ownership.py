@@ -193,6 +193,24 @@ def test_a_run_killed_after_its_last_checkpoint_is_completed_on_resume_without_n
     assert summary["final_eval_return"] == last["evaluate/episode_return"]
     assert (run_copy / "policy" / "params.npz").is_file()
     assert json.loads((run_copy / "summary.json").read_text()) == summary
+    # Nothing left to train: nothing compiled, and this call's rate is not made up.
+    assert summary["compile_s"] == 0 and summary["trained_env_steps"] == 0
+    assert summary["steps_per_second"] is None
+    assert summary["run_wall_s"] >= last["wall_s"]
+
+
+def test_a_resumed_runs_summary_says_which_numbers_are_this_calls(run_copy, capsys):
+    before = json.loads((run_copy / "metrics.jsonl").read_text().splitlines()[-1])["wall_s"]
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=384"]) == 0
+    out, err = capsys.readouterr()
+    summary = strict_loads(out.strip().splitlines()[-1])
+    # The annealed learning rate is stretched over the new total: said when resuming.
+    assert "total_env_steps: 256 -> 384" in err
+    assert "the learning rate (algo.anneal_lr): scheduled over the new total_env_steps" in err
+    assert summary["epochs"] == 6 and summary["env_steps"] == 384
+    assert summary["trained_env_steps"] == 128  # epochs 5 and 6
+    assert summary["steps_per_second"] == pytest.approx(128 / summary["train_s"])
+    assert summary["run_wall_s"] == pytest.approx(before + summary["wall_s"], abs=0.05)
 
 
 def test_a_finished_runs_resume_answers_without_taking_the_directory(run_copy, capsys, monkeypatch):

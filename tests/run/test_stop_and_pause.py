@@ -273,3 +273,31 @@ def test_a_signal_after_training_ended_says_the_run_is_closing_not_starting(caps
         for s, handler in previous.items():
             signal.signal(s, handler)
         signals._training_ended = False
+
+
+def test_a_signal_while_an_interrupted_run_closes_is_its_second_and_exits_at_once(monkeypatch):
+    # The first SIGINT stopped the training (its handler took it); one more while the run
+    # closes (the CLI's handler is back) ends the process at once, as the README promises.
+    from jaxrl_engine.run import signals
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(signals, "_pending", [])
+    exits: list[int] = []
+    monkeypatch.setattr(signals.os, "_exit", exits.append)
+    try:
+        signals.stop_before_training()
+        with signals.stop_on_signals() as stop:
+            stop.signame = "SIGINT"  # (as its watcher records the first signal)
+        signals._record_early(signal.SIGINT, None)
+        assert exits == [128 + signal.SIGINT]
+        signals._pending.clear()  # (the fake exit returned: as a fresh process)
+        signals.stop_before_training()
+        exits.clear()
+        with signals.stop_on_signals():
+            pass
+        signals._record_early(signal.SIGINT, None)
+        assert exits == []
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        signals._training_ended = signals._stopped_in_training = False
