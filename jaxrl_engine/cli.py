@@ -97,6 +97,7 @@ def _print_json(summary: dict[str, Any]) -> None:
 _BAD_INPUT = (
     ("jaxrl_engine.io.config", "ConfigError"),
     ("jaxrl_engine.core.warm_up", "ShapeMismatchError"),
+    ("jaxrl_engine.core.engine", "JaxSettingError"),
     ("jaxrl_engine.core.memory", "StateTooLargeError"),
     ("jaxrl_engine.io.checkpoint", "CheckpointError"),
     ("jaxrl_engine.export.policy", "ExportError"),

@@ -376,6 +376,14 @@ def resume(
                 "the start (the same command without --resume)"
             )
         info = checkpoints.info(epoch)
+        stored_algo = info.config.get("algo", {}).get("name")
+        for item in overrides or []:
+            key, _, value = item.partition("=")
+            if key.strip() == "algo.name" and value.strip() != stored_algo:
+                raise ConfigError(
+                    f"override {item!r}: a resumed run continues its checkpoint's algorithm "
+                    f"({stored_algo}); start a new run (another name=) for another"
+                )
         stored = {**info.config, "name": path.name, "run_dir": str(path.parent)}
         cfg = config_from_run(
             stored, overrides or [], source=f"checkpoint {str(info.path)!r}", how=factory_hint
@@ -388,6 +396,14 @@ def resume(
                     f"override algo.{key}={now}: it only sets the trained state's initial "
                     f"value, which a resumed run takes from its checkpoint (algo.{key} was "
                     f"{was}); start a new run for another"
+                )
+        for key in sorted(getattr(cfg.algo, "trained_with_keys", ())):
+            was, now = info.config.get("algo", {}).get(key), getattr(cfg.algo, key, None)
+            if was is not None and now is not None and was != now:
+                raise ConfigError(
+                    f"override algo.{key}={now}: the checkpoint's params were trained with "
+                    f"algo.{key}={was}, and another would change what they compute (not their "
+                    "shapes); start a new run (another name=) for another"
                 )
         engine = build(cfg, **build_kwargs)
         resolved = cfg.model_dump(mode="json")

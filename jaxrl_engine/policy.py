@@ -122,7 +122,7 @@ def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineSt
             raw, _overrides(factory), source=f"checkpoint {str(info.path)!r}", how=FACTORY_HINT
         )
         engine = build(cfg)
-        state, _ = checkpoints.restore(engine, info.epoch)
+        state, _ = checkpoints.restore(engine, info.epoch, config=cfg.model_dump(mode="json"))
     finally:
         checkpoints.close()
     return engine, state
@@ -179,7 +179,18 @@ def make_policy(
             params = state.eval_params
         else:
             engine = _engine_for_run(run, factory)
-            params = load_params(engine, run / POLICY_DIR)
+            try:
+                params = load_params(engine, run / POLICY_DIR)
+            except ExportError as e:
+                if exported and deterministic:
+                    # Another network than config.yaml builds (one given to
+                    # `algo.build(network=...)`): the exported graph is the trained one.
+                    return _exported_policy(run / POLICY_DIR)
+                raise ExportError(
+                    f"{e} (a network given to algo.build(network=...) is not in config.yaml: "
+                    "the exported graph is its deterministic policy, make_policy(run); for "
+                    "sampled actions, make_policy((engine, state)) with your engine)"
+                ) from None
     params = jax.device_get(params)
     act, clip = engine.algo.act, engine.spec.action.clip
 

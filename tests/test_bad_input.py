@@ -111,6 +111,17 @@ def test_a_config_file_that_is_not_yaml_is_refused(nothing_built, capsys, tmp_pa
     assert_clean_refusal(status, out, err, str(path), "not valid YAML", "line 1", one_line=False)
 
 
+@pytest.mark.skipif(
+    not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made"
+)
+def test_a_run_directory_that_cannot_be_created_is_bad_input(monkeypatch, capsys):
+    # (a path the config check lets through: its parent is a directory; root may write
+    # anywhere else). Refused before anything is compiled:
+    monkeypatch.setattr(engine_module.Engine, "warm_up", mock.Mock(side_effect=Reached("warm_up")))
+    status, out, err = train(capsys, *SMALL, "run_dir=/proc/jaxrl_engine_runs")
+    assert_clean_refusal(status, out, err, "cannot create run directory", "/proc/jaxrl_engine")
+
+
 # --------------------------------------------------------------------------------- resume input
 def test_resume_of_a_directory_that_does_not_exist(nothing_run, capsys, tmp_path):
     missing = tmp_path / "runs" / "nope"

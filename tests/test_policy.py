@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+from jaxrl_engine.export.policy import ExportError
 from tests.conftest import small_config
 
 
@@ -55,3 +56,29 @@ def test_a_stochastic_policy_needs_a_key_and_samples(trained):
 def test_a_directory_without_a_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"not a run directory|no checkpoints"):
         jre.make_policy(tmp_path)
+
+
+def test_a_run_of_a_network_given_to_algo_build_acts_through_its_exported_graph(tmp_path):
+    # config.yaml cannot name the network: rebuilt from it, the policy would be another one.
+    # make_policy(run) plays the exported graph (the trained network); sampled actions and
+    # the checkpoint say what config.yaml lacks.
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(2)(nn.relu(nn.Dense(8)(x))), None, nn.Dense(1)(x)[..., 0]
+
+    cfg = small_config("name=own_net", tmp_path=tmp_path)
+    sizes = jre.build(cfg)
+    algo = cfg.algo.build(sizes.spec, sizes.num_envs, sizes.num_epochs, network=Net())
+    engine = jre.build(cfg, algorithm=algo)
+    state, _ = engine.run(engine.init(jax.random.key(0)))
+    obs = jax.random.normal(jax.random.key(1), (64, 4))
+    np.testing.assert_array_equal(
+        jre.make_policy(tmp_path / "own_net")(obs), jre.make_policy((engine, state))(obs)
+    )
+    with pytest.raises(ExportError, match=r"algo\.build\(network=\.\.\.\) is not in"):
+        jre.make_policy(tmp_path / "own_net", deterministic=False)
+    with pytest.raises(jre.CheckpointError, match=r"what config\.yaml cannot name"):
+        jre.make_policy(tmp_path / "own_net", checkpoint=True)

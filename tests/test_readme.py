@@ -122,3 +122,21 @@ def test_add_an_env_guide_trains_its_env_to_the_optimum(tmp_path, monkeypatch):
     assert summary["env_steps"] >= 20000
     assert (tmp_path / "runs" / "corridor" / "policy" / "params.npz").is_file()
     assert summary["wall_s"] < 60, f"the guide's run took {summary['wall_s']:.0f} s"
+
+
+def test_own_network_guide_trains_its_network_in_its_wrapped_env(tmp_path, monkeypatch):
+    blocks = _python_blocks(_subsection("### Your own network, or a gymnax env wrapped"))
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    guide = types.ModuleType("readme_own_network")
+    monkeypatch.setitem(sys.modules, guide.__name__, guide)
+    exec(compile(blocks[0], "README.md (own network)", "exec"), guide.__dict__)
+
+    summary, state = guide.summary, guide.state
+    assert summary["status"] == "completed"
+    # The user's network was trained (its own layer names), and the wrapper's scale applies:
+    # a return is 0.1 per step survived, and the policy learned to survive.
+    assert set(state.train.params["params"]) == {"Dense_0", "Dense_1", "Dense_2", "Dense_3"}
+    length = summary["records"][-1]["evaluate/episode_length"]
+    assert summary["final_eval_return"] == pytest.approx(0.1 * length, rel=1e-4)
+    assert length > 50

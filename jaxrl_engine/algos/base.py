@@ -61,6 +61,19 @@ def check_head(algo: str, what: str, out: Any, spec: EnvSpec, per_action: int = 
         )
 
 
+def check_values(what: str, values: Any, batch: int, phase: str = "rollout") -> None:
+    """Raise `ShapeMismatchError` unless `values` (a value or Q network's output for `batch`
+    observations) is `[batch]`: a `[batch, 1]` one would broadcast against `[batch]` targets
+    into a `[batch, batch]` loss and train wrong without an error."""
+    shape = getattr(values, "shape", None)
+    if shape != (batch,):
+        raise ShapeMismatchError(
+            f"phase '{phase}': the {what} has shape {shape} for a batch of {batch} "
+            f"observations; it must be ({batch},), one number per observation"
+            + (" (squeeze the last axis: out[..., 0])" if shape == (batch, 1) else "")
+        )
+
+
 class AlgoConfig(Protocol):
     """The contract of an algorithm's config class (see the module docstring)."""
 

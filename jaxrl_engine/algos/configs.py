@@ -87,6 +87,12 @@ class PPOConfig(Strict):
         {"lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"}
     )
 
+    # Keys whose change on resume would make the trained params mean something else (no shape
+    # changes, so the checkpoint's layout check would let it through): refused then.
+    trained_with_keys: ClassVar[frozenset[str]] = frozenset(
+        {"activation", "torso", "normalize_obs", "normalize_reward"}
+    )
+
     name: Literal["ppo"] = "ppo"
     num_steps: int = Field(128, gt=0, description="rollout steps per env per epoch")
     update_epochs: int = Field(4, gt=0, description="passes over the rollout per epoch")
@@ -197,6 +203,9 @@ def grad_steps_per_epoch(train_ratio: float, num_steps: int, num_envs: int) -> i
 
 class OffPolicyConfig(Strict):
     """Replay buffer, sampling, warm-up and the asynchronous schedule (DQN, SAC, TD3)."""
+
+    # (as PPOConfig's)
+    trained_with_keys: ClassVar[frozenset[str]] = frozenset({"activation", "torso"})
 
     num_steps: int = Field(16, gt=0, description="rollout steps per env per epoch")
     gamma: float = Field(0.99, gt=0, le=1, description="discount")

@@ -31,4 +31,7 @@ class RunningMeanStd(struct.PyTreeNode):
         return RunningMeanStd(mean=mean, var=m2 / total, count=total)
 
     def normalize(self, x: jax.Array, clip: float = 10.0) -> jax.Array:
-        return jnp.clip((x - self.mean) / jnp.sqrt(self.var + 1e-8), -clip, clip)
+        # (explicit broadcasts over the leading sample axes: no rank promotion)
+        mean = jnp.broadcast_to(self.mean, x.shape)
+        std = jnp.broadcast_to(jnp.sqrt(self.var + 1e-8), x.shape)
+        return jnp.clip((x - mean) / std, -clip, clip)

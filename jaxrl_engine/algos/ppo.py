@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam, check_head
+from jaxrl_engine.algos.base import adam, check_head, check_values
 from jaxrl_engine.algos.configs import PPOConfig as PPOConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.configs import TorchPolicyConfig as TorchPolicyConfig
 from jaxrl_engine.algos.configs import minibatch_size
@@ -127,7 +127,11 @@ def ppo(
 
     def dist(params: Any, obs: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
         """(logits or mean, log_std or None, value) for a batch of normalised observations."""
-        return network.apply(params, obs)  # type: ignore[no-any-return]
+        head, log_std, value = network.apply(params, obs)
+        check_values("PPO network's value", value, obs.shape[0])
+        if log_std is not None:  # (a state-independent [action_dim] one: explicit broadcast)
+            log_std = jnp.broadcast_to(log_std, head.shape)
+        return head, log_std, value
 
     def init(key: jax.Array, hp: PPOHParams) -> PPOState:
         params = network.init(key, jnp.zeros((1, *spec.obs_shape), jnp.float32))

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam, check_head
+from jaxrl_engine.algos.base import adam, check_head, check_values
 from jaxrl_engine.algos.configs import SACConfig as SACConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.networks import MLP
 from jaxrl_engine.algos.off_policy import (
@@ -98,12 +98,12 @@ class ActionScale(struct.PyTreeNode):
 
     def to_env(self, action: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """[-1, 1] -> [low, high], shaped [batch, *shape]."""
-        scaled = action * self.half_range.ravel() + self.center.ravel()
+        scaled = action * self.half_range.reshape(1, -1) + self.center.reshape(1, -1)
         return scaled.reshape((action.shape[0], *shape))
 
     def from_env(self, action: jax.Array) -> jax.Array:
         flat = action.reshape((action.shape[0], -1)).astype(jnp.float32)
-        return (flat - self.center.ravel()) / self.half_range.ravel()
+        return (flat - self.center.reshape(1, -1)) / self.half_range.reshape(1, -1)
 
 
 def twin_critic_init(critic: nn.Module, key: jax.Array, obs: jax.Array, action: jax.Array):
@@ -116,6 +116,7 @@ def twin_critic_init(critic: nn.Module, key: jax.Array, obs: jax.Array, action: 
 def twin_q(critic: nn.Module, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
     """Both Q-networks: f32[2, batch]; action in [-1, 1]."""
     q = jax.vmap(critic.apply, (0, None, None))(params, obs.astype(jnp.float32), action)
+    check_values("critic's Q-value", q[0], obs.shape[0], phase="train")
     return q  # type: ignore[return-value]
 
 
@@ -214,8 +215,8 @@ def sac(
 
             def critic_loss(critic_params):
                 q = twin_q(critic, critic_params, tr.obs, action)  # [2, batch]
-                td = q - target
-                return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
+                td = q - target[None]  # [2, batch]
+                return (weights[None] * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
 
             (loss_critic, (td, q_mean)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
                 params["critic"]

@@ -184,8 +184,8 @@ def td3(
 
             def critic_loss(critic_params):
                 q = twin_q(critic, critic_params, tr.obs, action)  # [2, batch]
-                td = q - target
-                return (weights * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
+                td = q - target[None]  # [2, batch]
+                return (weights[None] * td**2).mean(-1).sum() * 0.5, (td.mean(0), q.mean())
 
             (loss_critic, (td, q_mean)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
                 params["critic"]

@@ -8,6 +8,7 @@ replace any phase (`phases={"update_dataset": my_phase}`) and add hooks per phas
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -180,17 +181,20 @@ def _check_epoch_count(n: Any) -> None:
         raise ValueError(f"engine.epochs(state, n): n={int(n)} epochs; give 0 or more")
 
 
-def _check_key(key: Any, where: str) -> None:
-    """A PRNG key (`jax.random.key(seed)`, or a raw uint32[2] one), else a TypeError."""
-    if isinstance(key, jax.core.Tracer):
+def _check_key(key: Any, where: str, traced: bool = False) -> None:
+    """A PRNG key (`jax.random.key(seed)`, or a raw uint32[2] one), else a TypeError; a
+    traced one is checked by its shape and dtype with `traced` (else let through)."""
+    if isinstance(key, jax.core.Tracer) and not traced:
         return
     typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     raw = isinstance(key, jax.Array | np.ndarray) and key.shape == (2,) and key.dtype == np.uint32
     if not (typed or raw):
-        raise TypeError(
-            f"{where}: key is {type(key).__name__} {np.shape(key)}; give a PRNG key: "
-            "jax.random.key(seed)"
+        what = (
+            f"{key.dtype}{list(key.shape)}"
+            if isinstance(key, jax.Array | np.ndarray)
+            else f"{type(key).__name__} {np.shape(key)}"
         )
+        raise TypeError(f"{where}: key is {what}; give a PRNG key: jax.random.key(seed)")
 
 
 class Driver(Protocol):
@@ -198,6 +202,66 @@ class Driver(Protocol):
     `driver.run(engine, state, **kwargs)`."""
 
     def run(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class JaxSettingError(ValueError):
+    """A process-wide JAX setting the engine cannot train under (raised at `build`)."""
+
+
+# (setting, why the engine cannot train under it, what to do instead)
+UNSUPPORTED_JAX_SETTINGS = (
+    (
+        "jax_enable_x64",
+        "the engine trains in float32 and int32, and its phases do not compile with 64-bit "
+        "defaults (observations, rewards and hyperparameters become float64)",
+        "turn it off: jax.config.update('jax_enable_x64', False) (or unset JAX_ENABLE_X64)",
+    ),
+    (
+        "jax_disable_jit",
+        "the engine compiles its phases ahead of time (warm_up, the epoch loop) and cannot "
+        "run them op by op",
+        "turn it off; to look inside a phase use jax.debug.print, or `profile: true` for each "
+        "phase's time",
+    ),
+    (
+        "jax_debug_nans",
+        "the engine marks values not measured yet with NaN (episode statistics before the "
+        "first episode ends, the metrics of epochs `every` skips)",
+        "turn it off: `nan_guard: true` (the default) stops at the first non-finite loss, "
+        "gradient, param or observation and names its phase, quantity and epoch",
+    ),
+)
+
+
+def check_jax_settings() -> None:
+    """`JaxSettingError` naming a process-wide JAX setting the engine cannot train under."""
+    for name, why, instead in UNSUPPORTED_JAX_SETTINGS:
+        if getattr(jax.config, name):
+            raise JaxSettingError(f"{name} is on: {why}; {instead}")
+
+
+def _warn_long_evaluation(engine: Engine) -> None:
+    """Warn when an evaluation steps the env far more than training does between two (e.g.
+    `eval.episodes` in the millions): it is one compiled call, which a first SIGINT waits for."""
+    max_steps = engine.spec.max_episode_steps
+    rounds = -(-engine.eval_episodes // engine.eval_envs)
+    eval_steps = rounds * engine.eval_envs * max_steps
+    between = engine.steps_per_epoch * min(engine.eval_interval, engine.num_epochs)
+    if eval_steps > max(10 * between, 10_000_000):
+        warnings.warn(
+            f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} rounds of "
+            f"{engine.eval_envs} envs x up to {max_steps} steps) against {between:,} training "
+            "env steps between evaluations; it is one compiled call (a first SIGINT waits for "
+            "it): lower eval.episodes or raise eval.num_envs",
+            stacklevel=3,
+        )
+
+
+def is_engine_adapter(env: Any) -> bool:
+    """`env` is one of the engine's own adapters (its class, not a user's subclass or wrapper
+    of it: a wrapper's `__getattr__` forwards the inner env's attributes)."""
+    cls = type(env)
+    return cls.__module__.startswith("jaxrl_engine.") and bool(getattr(cls, "engine_adapter", 0))
 
 
 class Engine:
@@ -235,18 +299,20 @@ class Engine:
         nan_guard: bool = True,
         driver: Driver | None = None,
     ):
+        check_jax_settings()
         check_env_methods(env, params=env_params is None)
         self.env, self.algo = env, algorithm
         self.env_params = env.params if env_params is None else env_params
         self.eval_env_params = self.env_params if eval_env_params is None else eval_env_params
         self.spec = env.spec(self.env_params)
-        if not getattr(env, "engine_adapter", False):  # (the engine's own are tested)
+        if not is_engine_adapter(env):  # (the engine's own are tested)
             check_env(env, self.env_params, self.spec, num_envs)
         self.num_envs, self.num_steps, self.num_epochs = num_envs, num_steps, num_epochs
         self.steps_per_epoch = num_steps * num_envs
         self.eval_envs, self.eval_interval = eval_envs, eval_interval
         self.eval_episodes = eval_envs if eval_episodes is None else eval_episodes
         self.eval_deterministic = eval_deterministic
+        _warn_long_evaluation(self)
         self.offload, self.nan_guard, self.driver = offload, nan_guard, driver
         self.mesh = mesh if mesh is not None else data_mesh()
         for key, n in (("num_envs", num_envs), ("eval_envs", eval_envs)):
@@ -414,7 +480,11 @@ class Engine:
         )
 
     def init_pure(self, key: jax.Array, hparams: Any = None) -> EngineState:
-        """`init` as a traceable function, with the between-epochs placement (offload) applied."""
+        """`init` as a traceable function, with the between-epochs placement (offload) applied.
+        The key and hparams are checked as traced values too (one run's: a key and scalars)."""
+        _check_key(key, "train(key, hparams)", traced=True)
+        if hparams is not None:
+            check_hparams(hparams, self.hparams, "train(key, hparams)", scalars=True, traced=True)
         state = self._init(key, self.hparams if hparams is None else hparams)
         if self.host_between_epochs:
             state = jax.tree.map(

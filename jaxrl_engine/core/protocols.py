@@ -44,7 +44,10 @@ class ActionSpec:
             return action
         low = jnp.asarray(self.low, jnp.float32).reshape(self.shape)
         high = jnp.asarray(self.high, jnp.float32).reshape(self.shape)
-        return jnp.clip(action, low, high)
+        # (explicit broadcasts over the batch: no rank promotion)
+        return jnp.clip(
+            action, jnp.broadcast_to(low, action.shape), jnp.broadcast_to(high, action.shape)
+        )
 
 
 @dataclass(frozen=True)

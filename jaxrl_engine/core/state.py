@@ -107,10 +107,13 @@ def strong_types(tree: Any) -> Any:
     )
 
 
-def check_hparams(hparams: Any, like: Any, where: str, scalars: bool = False) -> None:
+def check_hparams(
+    hparams: Any, like: Any, where: str, scalars: bool = False, traced: bool = False
+) -> None:
     """`hparams` has the structure of `like` (the algorithm's hyperparameters) and a number in
     every field, else a ValueError naming the field; with `scalars`, concrete values must be
-    scalars (one setting: a stacked sweep goes through `jax.vmap` or `jre.sweep`)."""
+    scalars (one setting: a stacked sweep goes through `jax.vmap` or `jre.sweep`), and traced
+    ones too with `traced` (inside `jax.vmap` a member's are)."""
     if like is None:  # an algorithm without hyperparameters: nothing to hold them to
         return
     if type(hparams) is not type(like):
@@ -136,7 +139,7 @@ def check_hparams(hparams: Any, like: Any, where: str, scalars: bool = False) ->
             value, int | float | np.number | np.ndarray | jax.Array
         ):
             raise ValueError(f"{where}: hparams{name} is {value!r}: a number is needed")
-        if scalars and not isinstance(value, jax.core.Tracer) and np.ndim(value) != 0:
+        if scalars and (traced or not isinstance(value, jax.core.Tracer)) and np.ndim(value):
             raise ValueError(
                 f"{where}: hparams{name} has shape {np.shape(value)}: one setting takes "
                 "scalars (several settings: jax.vmap(engine.init)(keys, stacked) or jre.sweep)"

@@ -86,10 +86,13 @@ def check_policy(params: Any, obs: Any, spec: EnvSpec, algorithm: Algorithm) -> 
         action = jax.eval_shape(
             lambda p, o: algorithm.act(p, o, jax.random.key(0), False)[0], params, obs
         )
+    except ShapeMismatchError:
+        raise  # (the algorithm's own, naming what does not fit)
     except Exception as e:
+        guess = " (were its params built for another shape?)" if "shape" in str(e) else ""
         raise ShapeMismatchError(
             f"phase 'rollout': the policy cannot act on env observations of shape "
-            f"{env_obs} (policy params were built for another shape): {e}"
+            f"{env_obs}{guess}: {type(e).__name__}: {e}"
         ) from e
     want = (obs.shape[0], *spec.action.shape)
     if tuple(action.shape) != want:
@@ -167,8 +170,13 @@ def check_env(env: Any, params: Any, spec: EnvSpec, n: int) -> None:
     if not (isinstance(out, tuple) and len(out) == 6):
         got = f"{len(out)} values" if isinstance(out, tuple) else type(out).__name__
         raise ShapeMismatchError(
-            f"{name}: step(key, state, action, params) returns 6 values (obs, state, reward, "
-            f"terminated, truncated, info), not {got}"
+            f"{name}: step(key, state, action, params) must return 6 values (obs, state, "
+            f"reward, terminated, truncated, info); it returns {got}"
+            + (
+                " (gymnax before 1.0: one `done`, not terminated and truncated)"
+                if got == "5 values"
+                else ""
+            )
         )
     obs, new_state, reward, terminated, truncated, info = out
     check_obs("step()", obs)

@@ -78,9 +78,15 @@ def _linear(prefix: str, m: torch.nn.Linear) -> Layer:
     def apply(p: Params, x: jax.Array) -> jax.Array:
         w = p[f"{prefix}weight"]  # [out, in], torch's layout: contract `in` on both
         y = lax.dot_general(x, w, (((x.ndim - 1,), (1,)), ((), ())))
-        return y + p[f"{prefix}bias"] if m.bias is not None else y
+        return y + _trailing(p[f"{prefix}bias"], y) if m.bias is not None else y
 
     return apply
+
+
+def _trailing(param: jax.Array, like: jax.Array) -> jax.Array:
+    """`param` (the trailing axes of `like`) broadcast to it explicitly: torch's broadcasting
+    without JAX's rank promotion (which `jax_numpy_rank_promotion="raise"` refuses)."""
+    return jnp.broadcast_to(param, like.shape)
 
 
 def _conv2d(prefix: str, m: torch.nn.Conv2d) -> Layer:
@@ -105,7 +111,7 @@ def _conv2d(prefix: str, m: torch.nn.Conv2d) -> Layer:
             dimension_numbers=("NCHW", "OIHW", "NCHW"),
             feature_group_count=m.groups,
         )
-        return y + p[f"{prefix}bias"][:, None, None] if m.bias is not None else y
+        return y + _trailing(p[f"{prefix}bias"][:, None, None], y) if m.bias is not None else y
 
     return apply
 
@@ -118,9 +124,9 @@ def _layer_norm(prefix: str, m: torch.nn.LayerNorm) -> Layer:
         var = ((x - mean) ** 2).mean(axes, keepdims=True)
         y = (x - mean) * lax.rsqrt(var + m.eps)
         if m.elementwise_affine:
-            y = y * p[f"{prefix}weight"]
+            y = y * _trailing(p[f"{prefix}weight"], y)
             if m.bias is not None:
-                y = y + p[f"{prefix}bias"]
+                y = y + _trailing(p[f"{prefix}bias"], y)
         return y
 
     return apply

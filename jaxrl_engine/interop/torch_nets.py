@@ -8,12 +8,13 @@ critic (out_dim 1, out_scale 1.0). Any importable function with that signature w
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,31 @@ def mlp(
     activation: str = "tanh",
 ) -> Any:
     """nn.Sequential MLP with CleanRL's orthogonal init (sqrt 2 hidden, `out_scale` last)."""
+    with _float32_default():
+        return _mlp(in_shape, out_dim, out_scale, hidden_sizes, activation)
+
+
+@contextlib.contextmanager
+def _float32_default() -> Iterator[None]:
+    """Layers built (and initialised) in float32 whatever `torch.set_default_dtype` says: the
+    same weights as in a process that never changed it."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _mlp(
+    in_shape: Sequence[int],
+    out_dim: int,
+    out_scale: float,
+    hidden_sizes: Sequence[int],
+    activation: str,
+) -> Any:
     from torch import nn
 
     acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
@@ -62,6 +88,19 @@ def cnn(
     two axes the layout calls height and width are not square while the other pair is (e.g.
     [10, 10, 4] read as chw would build Conv2d(10, ...) over 10x4 images).
     """
+    with _float32_default():
+        return _cnn(in_shape, out_dim, out_scale, channels, hidden, obs_layout, in_channels)
+
+
+def _cnn(
+    in_shape: Sequence[int],
+    out_dim: int,
+    out_scale: float,
+    channels: Sequence[int],
+    hidden: int,
+    obs_layout: str,
+    in_channels: int | None,
+) -> Any:
     from torch import nn
 
     from jaxrl_engine.interop.torch_layers import ChannelsFirst

@@ -506,6 +506,12 @@ def _check_module(
             f"{what} has {', '.join(dtypes)} weights: the engine trains float32 modules; return "
             "module.float() from the factory (algo.torch_policy.acting_dtype=bfloat16 or "
             "float16 acts with a lower-precision copy)"
+            + (
+                f"; torch's default dtype is {torch.get_default_dtype()} in this process "
+                "(torch.set_default_dtype), which layers built without a dtype take"
+                if torch.get_default_dtype() != torch.float32
+                else ""
+            )
         )
     devices = sorted({str(w.device) for w in weights} - {"cpu"})
     if devices:

@@ -44,6 +44,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,14 @@ class CheckpointInfo:
     num_epochs: int  # the run's total epochs when it was written
     leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 or sum64 per leaf
     algorithm: str | None = None  # the engine's algorithm name (None: written before it was)
+    # JAX's `jax_threefry_partitionable` when written (None: written before it was recorded):
+    # it changes the random bits a key gives, so a resume under the other setting is not exact
+    threefry_partitionable: bool | None = None
+
+
+def _threefry_partitionable() -> bool:
+    """JAX's `jax_threefry_partitionable` in this process (untyped in jax.config's stubs)."""
+    return bool(getattr(jax.config, "jax_threefry_partitionable"))  # noqa: B009
 
 
 def _crc32(array: np.ndarray) -> int:
@@ -306,6 +315,7 @@ class Checkpointer:
             "metrics_lines": metrics_lines,
             "leaves": leaves,
             "versions": {"jax": jax.__version__},
+            "threefry_partitionable": _threefry_partitionable(),
         }
         if algorithm is not None:  # the engine's, which a user's algorithm may not share
             meta["algorithm"] = algorithm  # with the config's algo.name
@@ -459,6 +469,8 @@ class Checkpointer:
         wrong = {k for k, kind in kinds.items() if type(meta[k]) is not kind}
         if not isinstance(meta.get("algorithm", ""), str):
             wrong.add("algorithm")
+        if not isinstance(meta.get("threefry_partitionable", False), bool):
+            wrong.add("threefry_partitionable")
         for key, kind in (("metrics_lines", str), ("leaves", dict)):
             if key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
                 wrong.add(key)
@@ -475,6 +487,7 @@ class Checkpointer:
             num_epochs=meta["num_epochs"],
             leaves=meta["leaves"],
             algorithm=meta.get("algorithm"),
+            threefry_partitionable=meta.get("threefry_partitionable"),
         )
 
     def _resolve(self, epoch: int | None) -> int:
@@ -532,12 +545,18 @@ class Checkpointer:
             raise CheckpointError(
                 f"checkpoint {str(info.path)!r} was written for another state layout: {shown}. "
                 + (
-                    f"Config keys that differ from the checkpoint's: {'; '.join(changes)}. "
-                    if changes
-                    else ""
+                    "The config is the checkpoint's: the state differs by what config.yaml "
+                    "cannot name, a network, algorithm or env given to jre.build; pass the "
+                    "same to jre.resume(run, algorithm=..., env=...)"
+                    if config is not None and not changes
+                    else (
+                        f"Config keys that differ from the checkpoint's: {'; '.join(changes)}. "
+                        if changes
+                        else ""
+                    )
+                    + "Resume with the checkpoint's own config (drop the overrides that change "
+                    "shapes), or start a new run with another name="
                 )
-                + "Resume with the checkpoint's own config (drop the overrides that change "
-                "shapes), or start a new run with another name="
             )
 
     def restore(
@@ -552,6 +571,16 @@ class Checkpointer:
         ocp = self._ocp
         info = self.info(epoch)
         self.check_compatible(info, engine, config)
+        now = _threefry_partitionable()
+        if info.threefry_partitionable not in (None, now):
+            warnings.warn(
+                f"checkpoint {str(info.path)!r} was written with jax_threefry_partitionable="
+                f"{info.threefry_partitionable} and this process has {now}: the same keys give "
+                "other random bits, so the resumed run will not equal an uninterrupted one; "
+                f"set jax.config.update('jax_threefry_partitionable', "
+                f"{info.threefry_partitionable}) before resuming for that",
+                stacklevel=2,
+            )
         shapes, treedef = jax.tree.flatten(engine.state_shape)
         shardings = jax.tree.leaves(engine.state_sharding)
         # Stored leaves are matched to the engine's by path (check_compatible made them agree).

@@ -18,6 +18,7 @@ make the env. A `Config` is only ever built by the second, full validation.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import math
 import operator
@@ -551,6 +552,22 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...], algo: str = "ppo")
     return sorted(model.model_fields)
 
 
+def _hint(key: str, fields: list[str], algo: str | None) -> str:
+    """` ('algo.lrr': did you mean 'lr'?)` for a misspelled key, or the algorithms it is a
+    key of when it is another algorithm's (`algo.tau` under ppo); "" when neither."""
+    last = key.rsplit(".", 1)[-1]
+    others = sorted(
+        name
+        for name, model in ALGORITHMS.items()
+        if name != algo and last in getattr(model, "model_fields", {})
+    )
+    if algo is not None and others:
+        return f" ('{key}' is a key of algo.name={'/'.join(others)})"
+    lowered = {f.lower(): f for f in fields}
+    close = difflib.get_close_matches(last.lower(), list(lowered), n=1, cutoff=0.75)
+    return f" ('{key}': did you mean '{lowered[close[0]]}'?)" if close else ""
+
+
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple = 3, 8, 8, 8
 _repr.maxstring = _repr.maxlong = _repr.maxother = MAX_INPUT_CHARS
@@ -605,11 +622,13 @@ def _format(error: ValidationError) -> str:
     for i, line in enumerate(lines):
         if isinstance(line, tuple):
             (parent, algo), keys = line, unknown[line]
-            valid = ", ".join(_valid_keys(Config, (*parent, "x"), algo or "ppo"))
+            fields = _valid_keys(Config, (*parent, "x"), algo or "ppo")
+            valid = ", ".join(fields)
             names = ", ".join(f"'{k}'" for k in keys)
             which = f" (algo.name={algo})" if algo else ""
             plural = "s" if len(keys) > 1 else ""
-            lines[i] = f"unknown config key{plural} {names}{which}; valid keys here: {valid}"
+            hints = "".join(_hint(k, fields, algo if parent == ("algo",) else None) for k in keys)
+            lines[i] = f"unknown config key{plural} {names}{which}{hints}; valid keys here: {valid}"
     if len(lines) > MAX_ERRORS:
         lines[MAX_ERRORS:] = [f"and {len(lines) - MAX_ERRORS} more errors"]
     return "invalid configuration: " + "; ".join(lines)
@@ -699,10 +718,16 @@ def _load_yaml(text: str, what: str) -> Any:
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
+        first = (
+            ": a config file comes first (jaxrl-engine train CONFIG key=value ...)"
+            if item.endswith((".yaml", ".yml"))
+            else ""
+        )
         raise ConfigError(
-            f"override {_short(item)} is not of the form key=value (e.g. algo.lr=1e-3)"
+            f"override {_short(item)} is not of the form key=value (e.g. algo.lr=1e-3){first}"
         )
     key, raw = item.split("=", 1)
+    key = key.strip()  # ('algo.lr = 3e-4' given as one argument)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {_short(item)} has an empty key part")
     try:
@@ -713,6 +738,8 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         # YAML 1.1's yes/no/on/off: kept as written, so `name=off` is the name "off" (a
         # boolean key still takes it: pydantic reads "off" as false)
         value = raw.strip()
+    if isinstance(value, str) and value.strip() == "None":  # Python's spelling of null
+        value = None  # (a text-only key keeps "None": `apply_overrides`)
     if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
         with contextlib.suppress(ValueError):
             value = float(value)

@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.engine import Engine, check_jax_settings
 from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.sharding import is_primary, to_host
@@ -249,6 +249,7 @@ class Driver:
                 raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
             cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})
         _check_describes(cfg, engine)
+        check_jax_settings()  # (one turned on since the build, in a notebook)
         check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
         compiled_before = engine.compile_seconds
         first = int(to_host(state.counters.epoch))

@@ -175,7 +175,15 @@ class RunDir:
         if self.path.is_symlink():
             raise RunDirError(f"run directory {str(self.path)!r} is a symlink; use its target")
         self._created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                raise  # (the machine's, not the path's: exit 74 as while training)
+            raise RunDirError(
+                f"cannot create run directory {str(self.path)!r}: {e.strerror} (check run_dir "
+                "and name)"
+            ) from None
         self.lock.acquire()
         try:
             check_no_symlinks(self.path)

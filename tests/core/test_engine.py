@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import jax
@@ -418,3 +419,49 @@ def test_hparams_of_a_custom_algorithm_may_be_any_pytree_of_numbers():
         with pytest.raises(ValueError) as e:
             check_hparams(bad, {"lr": 0.2, "gamma": 0.99}, "engine.init", scalars=True)
         assert message in str(e.value), str(e.value)
+
+
+def test_a_value_or_q_network_giving_batch_by_one_is_refused_not_broadcast(tmp_path):
+    # A critic ending in Dense(1) without a squeeze gives [batch, 1]: against [batch] targets
+    # its loss would broadcast to [batch, batch] and train wrong without an error.
+    import flax.linen as nn
+
+    from jaxrl_engine.algos.networks import MLP
+    from jaxrl_engine.compose import num_epochs
+
+    class UnsqueezedActorCritic(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(2)(x), None, nn.Dense(1)(x)
+
+    cfg = small_config(tmp_path=tmp_path)
+    spec = jre.build(cfg).spec
+    algo = cfg.algo.build(spec, 4, num_epochs(cfg), network=UnsqueezedActorCritic())
+    with pytest.raises(jre.ShapeMismatchError) as e:
+        jre.build(cfg, algorithm=algo)
+    assert str(e.value).startswith("phase 'rollout': the PPO network's value has shape (4, 1)")
+    assert "out[..., 0]" in str(e.value)
+
+    class UnsqueezedCritic(nn.Module):
+        @nn.compact
+        def __call__(self, obs, action):
+            return nn.Dense(1)(jnp.concatenate([obs, action], -1))
+
+    sac = ["algo.name=sac", "env.id=Pendulum-v1", "env.num_envs=4", "algo.num_steps=8"]
+    more = ["algo.buffer_size=64", "algo.batch_size=16", "algo.learning_starts=32"]
+    cfg = jre.load_config(None, [*sac, *more, "total_env_steps=256", f"run_dir={tmp_path}"])
+    spec = jre.build(cfg).spec
+    network = (MLP((16,), 2), UnsqueezedCritic())
+    algo = cfg.algo.build(spec, cfg.env.num_envs, num_epochs(cfg), network=network)
+    engine = jre.build(cfg, algorithm=algo)
+    with pytest.raises(jre.ShapeMismatchError, match=r"phase 'train': the critic's Q-value has"):
+        engine.warm_up(engine.init(jax.random.key(0)))
+
+
+def test_an_evaluation_far_longer_than_training_between_two_is_warned_about(tmp_path):
+    cfg = small_config("eval.num_envs=1", "eval.episodes=100000", tmp_path=tmp_path)
+    with pytest.warns(UserWarning, match=r"each evaluation steps the env up to 50,000,000 times"):
+        jre.build(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jre.build(small_config(tmp_path=tmp_path))  # the usual sizes: nothing said

@@ -112,7 +112,7 @@ CASES = {
     ),
     "five values": (
         {"step": wrap_step(lambda o, s, r, te, tr, i: (o, s, r, te | tr, i))},
-        r"returns 6 values \(obs, state, reward, terminated, truncated, info\), not 5 values",
+        r"must return 6 values \(obs, state, reward, terminated, truncated, info\); it returns 5 values",
     ),
     "spec says another dtype": (
         {

@@ -366,3 +366,21 @@ def test_a_bundle_function_failing_while_traced_is_named_by_its_phase(built):
     bad = jre.build(cfg, env=engine.env, algorithm=algo._replace(update_dataset=update_dataset))
     with pytest.raises(jre.ShapeMismatchError, match=r"raised in phase 'update_da"):
         bad.warm_up(bad.init(jax.random.key(0)), phases=["epochs"])
+
+
+def test_make_train_checks_its_key_and_hparams_when_traced(built):
+    # Inside the user's jit they are tracers: checked by shape and dtype, named as train's.
+    cfg = built[0]
+    train = jre.make_train(cfg)
+    hp = jre.hparams(cfg)
+    with pytest.raises(TypeError, match=r"train\(key, hparams\): key is int32\[\]; give a PRNG"):
+        jax.eval_shape(train, 0)
+    with pytest.raises(ValueError, match=r"hparams\.lr has shape \(2,\): one setting takes"):
+        jax.eval_shape(train, jax.random.key(0), hp.replace(lr=jnp.ones(2)))
+    with pytest.raises(ValueError, match=r"hparams must be a PPOHParams .* not a dict"):
+        jax.eval_shape(train, jax.random.key(0), {"lr": 1.0})
+    keys = jax.vmap(jax.random.key)(jnp.arange(2))
+    stacked = jax.tree.map(lambda x: jnp.full((2,), x, jnp.float32), hp)
+    _, metrics = jax.eval_shape(jax.vmap(train), keys, stacked)  # one setting per member
+    assert metrics["train/loss"].shape[0] == 2
+    jax.eval_shape(train, jax.random.PRNGKey(0))  # a raw key is a key

@@ -290,3 +290,31 @@ def test_a_module_with_a_batch_size_in_its_forward_is_refused(capsys, tmp_path):
 
 def test_a_half_precision_module_is_refused_naming_the_dtype(capsys, tmp_path):
     refuse(capsys, tmp_path, f"{HERE}:half", expected=("float16 weights", "module.float()"))
+
+
+@pytest.mark.parametrize("factory", ["mlp", "cnn"])
+def test_the_shipped_factories_build_float32_whatever_torchs_default_dtype(factory):
+    # A notebook that set torch's default dtype to float64: the engine's own factories build
+    # the float32 modules (the same weights) they build in a process that never changed it.
+    import torch
+
+    from jaxrl_engine.interop import torch_nets
+
+    shape = (4,) if factory == "mlp" else (10, 10, 4)
+
+    def weights():
+        torch.manual_seed(0)
+        module = getattr(torch_nets, factory)(shape, 3)
+        return {k: v.clone() for k, v in module.state_dict().items()}
+
+    reference = weights()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        built = weights()
+        assert torch.get_default_dtype() == torch.float64  # (given back)
+    finally:
+        torch.set_default_dtype(previous)
+    assert {v.dtype for v in built.values()} == {torch.float32}
+    for name, value in reference.items():
+        assert torch.equal(built[name], value), name

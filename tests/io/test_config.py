@@ -256,3 +256,27 @@ def test_structure_errors_come_first_and_env_errors_still_come():
     cfg = jre.load_config(None, ["env.id=Pendulum-v1", "algo.name=sac"])
     with pytest.raises(ValidationError, match="needs a discrete action space"):
         cfg.algo = ALGO_CONFIGS["dqn"]()  # (assignments are validated whole, env included)
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("algo.lrr=1e-3", "('algo.lrr': did you mean 'lr'?)"),
+        ("algo.Lr=1e-3", "('algo.Lr': did you mean 'lr'?)"),
+        ("eval.intervall=3", "('eval.intervall': did you mean 'interval'?)"),
+        ("algo.tau=0.1", "('algo.tau' is a key of algo.name=dqn/sac/td3)"),
+    ],
+)
+def test_an_unknown_key_names_the_key_meant(override, said):
+    with pytest.raises(jre.ConfigError) as e:
+        jre.load_config(None, [override])
+    assert said in str(e.value)
+
+
+def test_override_spellings_users_type():
+    cfg = jre.load_config(None, ["algo.lr = 3e-4", "compile_cache_dir=None", "name=None"])
+    assert cfg.algo.lr == pytest.approx(3e-4)  # spaces around '=' in one argument
+    assert cfg.compile_cache_dir is None  # Python's None is null
+    assert cfg.name == "None"  # (a text-only key keeps the text)
+    with pytest.raises(jre.ConfigError, match="a config file comes first"):
+        jre.load_config(None, ["run_dir=x", "configs/ppo_cartpole.yaml"])

@@ -353,3 +353,24 @@ def test_a_resumed_runs_records_count_wall_time_on(run_copy):
     engine.run(state)
     walls = [json.loads(line)["wall_s"] for line in (run_copy / "metrics.jsonl").open()]
     assert len(walls) == 8 and walls == sorted(walls), walls
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("algo.normalize_obs=true", "trained with algo.normalize_obs=False"),
+        ("algo.activation=relu", "trained with algo.activation=tanh"),
+        ("algo.name=dqn", "continues its checkpoint's algorithm (ppo)"),
+    ],
+)
+def test_a_resume_refuses_changes_that_would_change_what_the_params_compute(
+    run_copy, capsys, override, said
+):
+    # No shape changes (the layout check lets them through), but the trained network would
+    # compute something else from the resumed epoch on, and that policy would be exported.
+    before = snapshot(run_copy)
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=384", override]) == 2
+    assert said in capsys.readouterr().err
+    after = snapshot(run_copy)
+    after.pop(LOCK_FILE, None), before.pop(LOCK_FILE, None)
+    assert after == before

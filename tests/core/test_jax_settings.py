@@ -1,0 +1,87 @@
+"""Process-wide JAX settings the engine cannot train under are refused at build, by name."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_engine as jre
+from jaxrl_engine.core.engine import JaxSettingError
+from jaxrl_engine.io.checkpoint import Checkpointer
+from tests.conftest import small_config
+
+
+@pytest.mark.parametrize(
+    "setting, advice",
+    [
+        ("jax_enable_x64", "float32"),
+        ("jax_disable_jit", "ahead of time"),
+        ("jax_debug_nans", "nan_guard"),
+    ],
+)
+def test_an_unsupported_setting_is_refused_at_build_and_at_run(setting, advice, tmp_path):
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(0))
+    previous = getattr(jax.config, setting)
+    jax.config.update(setting, True)
+    try:
+        with pytest.raises(JaxSettingError, match=f"^{setting} is on: .*{advice}"):
+            jre.build(cfg)
+        with pytest.raises(JaxSettingError, match=f"^{setting} is on"):  # turned on since
+            engine.run(state)
+    finally:
+        jax.config.update(setting, previous)
+    assert not (tmp_path / cfg.name).exists()  # nothing written
+
+
+def test_a_resume_under_another_threefry_setting_is_warned_about(tmp_path):
+    # The same keys give other bits under the other setting: the resumed run is not exact.
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)
+    checkpoints = Checkpointer(tmp_path / cfg.name / "checkpoints", read_only=True)
+    try:
+        assert checkpoints.info().threefry_partitionable is jax.config.jax_threefry_partitionable
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            checkpoints.restore(engine)  # the same setting: no warning
+        previous = jax.config.jax_threefry_partitionable
+        jax.config.update("jax_threefry_partitionable", not previous)
+        try:
+            with pytest.warns(UserWarning, match="jax_threefry_partitionable=") as caught:
+                checkpoints.restore(engine)
+            assert "will not equal an uninterrupted one" in str(caught[0].message)
+        finally:
+            jax.config.update("jax_threefry_partitionable", previous)
+    finally:
+        checkpoints.close()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["env.id=Pendulum-v1", "algo.normalize_obs=true", "algo.normalize_reward=true"],
+        ["algo.name=sac", "env.id=Pendulum-v1", "algo.learning_starts=16", "algo.batch_size=8"],
+        ["algo.name=td3", "env.id=Pendulum-v1", "algo.learning_starts=16", "algo.batch_size=8"],
+        ["algo.torch_policy.factory=jaxrl_engine.interop.torch_nets:mlp"],
+    ],
+    ids=["ppo-continuous", "sac", "td3", "torch-fast-path"],
+)
+def test_the_engine_broadcasts_explicitly_under_rank_promotion_raise(overrides, tmp_path):
+    # A strict codebase's setting: the engine's own broadcasts (action bounds, log-std, twin
+    # critics' targets, normalisers, the torch fast path's biases) name their axes.
+    base = ["env.num_envs=4", "algo.num_steps=8", "eval.num_envs=2", "progress=false"]
+    ppo = ["algo.num_minibatches=2"] if not any("algo.name" in o for o in overrides) else []
+    cfg = jre.load_config(None, [*base, *ppo, f"run_dir={tmp_path}", *overrides])
+    with jax.numpy_rank_promotion("raise"):
+        engine = jre.build(cfg)
+        state = engine.init(jax.random.key(0))
+        for _ in range(3):  # (past the off-policy warm-up)
+            state, metrics = engine.epoch(state)
+        state, evaluation = engine.evaluate(state)
+    assert all(np.isfinite(float(v)) for k, v in metrics.items() if "loss" in k)
+    assert np.isfinite(float(evaluation["evaluate/episode_return"]))
