@@ -152,7 +152,7 @@ class Program:
         if executable is not None:
             try:
                 if self.name == "epochs":  # compiled for an int32[] epoch count
-                    return executable(args[0], *(np.asarray(a, np.int32) for a in args[1:]))
+                    return executable(args[0], *(_epoch_count(a) for a in args[1:]))
                 return executable(*args)
             except (TypeError, ValueError):
                 # Arguments it was not compiled for: refused before anything ran (nothing
@@ -179,6 +179,12 @@ def _check_epoch_count(n: Any) -> None:
         raise TypeError(f"engine.epochs(state, n): n={n!r} is not a whole number of epochs")
     if int(n) < 0:
         raise ValueError(f"engine.epochs(state, n): n={int(n)} epochs; give 0 or more")
+
+
+def _epoch_count(n: Any) -> Any:
+    """`n` as the int32[] the `epochs` program takes: an explicit transfer (one that
+    `jax.transfer_guard("disallow")` lets through), or `n` itself when it is an array."""
+    return n if isinstance(n, jax.Array) else jax.device_put(np.int32(n))
 
 
 def _check_key(key: Any, where: str, traced: bool = False) -> None:
@@ -634,7 +640,7 @@ class Engine:
         warm_up's executable when there is one."""
         fn = self._compiled.get(name) or getattr(self, name).jitted
         if name == "epochs":
-            args = tuple(jnp.asarray(a, jnp.int32) for a in args)
+            args = tuple(_epoch_count(a) for a in args)
         return fn(state, *args)
 
     def timed_call(self, name: str, state: EngineState, *args: Any) -> Any:

@@ -384,3 +384,15 @@ def test_make_train_checks_its_key_and_hparams_when_traced(built):
     _, metrics = jax.eval_shape(jax.vmap(train), keys, stacked)  # one setting per member
     assert metrics["train/loss"].shape[0] == 2
     jax.eval_shape(train, jax.random.PRNGKey(0))  # a raw key is a key
+
+
+def test_epochs_moves_its_epoch_count_explicitly(built):
+    # Under jax.transfer_guard("disallow") (a user making sure nothing syncs by accident) the
+    # engine's own calls transfer nothing implicitly.
+    _, engine, _, _ = built
+    state = engine.init(jax.random.key(3))
+    state = engine.warm_up(state)  # (compiling moves gymnax's numpy constants: not guarded)
+    with jax.transfer_guard("disallow"):
+        state, _ = engine.epoch(state)
+        state, _, done = engine.epochs(state, 2)
+    assert int(done) == 2
