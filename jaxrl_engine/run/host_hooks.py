@@ -119,6 +119,14 @@ class RunInfo:
         }
 
 
+def _what_trained(config: dict[str, Any]) -> tuple[str, str]:
+    """(algorithm, env id) of a resolved config (as stored: data, any shape)."""
+    algo, env = config.get("algo"), config.get("env")
+    name = algo.get("name") if isinstance(algo, dict) else None
+    env_id = env.get("id") if isinstance(env, dict) else None
+    return str(name), str(env_id)
+
+
 class HostHook:
     """Base class: every method a no-op (see the module docstring)."""
 
@@ -211,6 +219,14 @@ class Checkpointing(HostHook):
                         f"of {info.num_epochs}): continue it with `jaxrl-engine train --resume "
                         f"{out.path}` (in Python: `jre.resume(path)`), or delete the directory "
                         "(or choose another name=) to start over"
+                    )
+                was = _what_trained(info.config)
+                now = _what_trained(run.cfg.model_dump(mode="json"))
+                if was != now:  # (another algorithm or env: not this run's earlier version)
+                    raise CheckpointError(
+                        f"{str(out.path)!r} holds a finished run of {was[0]} on {was[1]}; this "
+                        f"one is {now[0]} on {now[1]}: choose another name= (or delete the "
+                        "directory to replace that run)"
                     )
                 print(
                     f"jaxrl-engine: {out.path} held a finished run; starting it over (its metrics "

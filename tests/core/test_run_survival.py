@@ -179,6 +179,19 @@ def test_a_fresh_run_over_a_finished_one_starts_it_over(tmp_path, capsys):
     assert epochs_of(tmp_path / cfg.name) == [4]
 
 
+def test_a_fresh_run_of_another_env_over_a_finished_one_is_refused(tmp_path):
+    # e.g. `train env.id=Acrobot-v1` with the default name: the finished CartPole run is not
+    # this run's earlier version, and starting over would delete it.
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    other = jre.build(small_config("env.id=Acrobot-v1", tmp_path=tmp_path))
+    with pytest.raises(CheckpointError, match=r"finished run of ppo on CartPole-v1; this one is"):
+        other.run(other.init(jax.random.key(0)))
+    assert epochs_of(tmp_path / cfg.name) == [4]  # untouched
+    assert logged(tmp_path / cfg.name) == [1, 2, 3, 4]
+
+
 def test_a_state_older_than_the_directorys_checkpoints_is_refused(tmp_path):
     cfg = small_config("save_interval=1", tmp_path=tmp_path)
     engine = jre.build(cfg)
