@@ -40,6 +40,7 @@ from jaxrl_engine.io.config import (
     check_env_modules,
     config_changes,
     config_from_dict,
+    parse_override,
 )
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
@@ -378,8 +379,8 @@ def resume(
         info = checkpoints.info(epoch)
         stored_algo = info.config.get("algo", {}).get("name")
         for item in overrides or []:
-            key, _, value = item.partition("=")
-            if key.strip() == "algo.name" and value.strip() != stored_algo:
+            key, value = parse_override(item) if "=" in item else (item, None)
+            if key == "algo.name" and stored_algo is not None and value != stored_algo:
                 raise ConfigError(
                     f"override {item!r}: a resumed run continues its checkpoint's algorithm "
                     f"({stored_algo}); start a new run (another name=) for another"

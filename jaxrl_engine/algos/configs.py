@@ -90,7 +90,7 @@ class PPOConfig(Strict):
     # Keys whose change on resume would make the trained params mean something else (no shape
     # changes, so the checkpoint's layout check would let it through): refused then.
     trained_with_keys: ClassVar[frozenset[str]] = frozenset(
-        {"activation", "torso", "normalize_obs", "normalize_reward"}
+        {"activation", "normalize_obs", "normalize_reward"}
     )
 
     name: Literal["ppo"] = "ppo"
@@ -205,7 +205,7 @@ class OffPolicyConfig(Strict):
     """Replay buffer, sampling, warm-up and the asynchronous schedule (DQN, SAC, TD3)."""
 
     # (as PPOConfig's)
-    trained_with_keys: ClassVar[frozenset[str]] = frozenset({"activation", "torso"})
+    trained_with_keys: ClassVar[frozenset[str]] = frozenset({"activation"})
 
     num_steps: int = Field(16, gt=0, description="rollout steps per env per epoch")
     gamma: float = Field(0.99, gt=0, le=1, description="discount")

@@ -161,7 +161,9 @@ def categorical_entropy(logits: jax.Array) -> jax.Array:
 
 
 def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, action: jax.Array) -> jax.Array:
-    z = (action - mean) * jnp.exp(-log_std)
+    # (log_std [action_dim] or [batch, action_dim]: broadcast explicitly, no rank promotion)
+    z = (action - mean) * jnp.broadcast_to(jnp.exp(-log_std), mean.shape)
+    log_std = jnp.broadcast_to(log_std, mean.shape)
     return (-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
 
 

@@ -129,8 +129,6 @@ def ppo(
         """(logits or mean, log_std or None, value) for a batch of normalised observations."""
         head, log_std, value = network.apply(params, obs)
         check_values("PPO network's value", value, obs.shape[0])
-        if log_std is not None:  # (a state-independent [action_dim] one: explicit broadcast)
-            log_std = jnp.broadcast_to(log_std, head.shape)
         return head, log_std, value
 
     def init(key: jax.Array, hp: PPOHParams) -> PPOState:
@@ -168,7 +166,8 @@ def ppo(
             log_prob = categorical_log_prob(head, action)
         else:
             noise = jax.random.normal(key, head.shape)
-            action = head if deterministic else head + jnp.exp(log_std) * noise
+            std = jnp.broadcast_to(jnp.exp(log_std), head.shape)  # (no rank promotion)
+            action = head if deterministic else head + std * noise
             log_prob = gaussian_log_prob(head, log_std, action)
             action = action.reshape((obs.shape[0], *spec.action.shape))
         if VALUES_AFTER_ROLLOUT:

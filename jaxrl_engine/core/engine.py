@@ -184,7 +184,7 @@ def _check_epoch_count(n: Any) -> None:
 def _epoch_count(n: Any) -> Any:
     """`n` as the int32[] the `epochs` program takes: an explicit transfer (one that
     `jax.transfer_guard("disallow")` lets through), or `n` itself when it is an array."""
-    return n if isinstance(n, jax.Array) else jax.device_put(np.int32(n))
+    return n.astype(jnp.int32) if isinstance(n, jax.Array) else jax.device_put(np.int32(n))
 
 
 def _check_key(key: Any, where: str, traced: bool = False) -> None:

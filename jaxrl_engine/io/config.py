@@ -738,7 +738,7 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         # YAML 1.1's yes/no/on/off: kept as written, so `name=off` is the name "off" (a
         # boolean key still takes it: pydantic reads "off" as false)
         value = raw.strip()
-    if isinstance(value, str) and value.strip() == "None":  # Python's spelling of null
+    if raw.strip() == "None":  # Python's spelling of null (not a quoted "None")
         value = None  # (a text-only key keeps "None": `apply_overrides`)
     if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
         with contextlib.suppress(ValueError):

@@ -380,16 +380,25 @@ class Summary(HostHook):
     """summary.json (atomically rewritten) when the run ends, whatever its status.
 
     A resumed run that trains no further epoch (killed after its last checkpoint, before its
-    summary) keeps the numbers of the summary before it where it has none of its own: a number
-    is never replaced by null."""
+    summary) keeps the results of the summary before it where it has none of its own: a result
+    is never replaced by null (this call's own times and rate are this call's, null or not)."""
+
+    THIS_CALLS = frozenset(
+        {"wall_s", "startup_s", "compile_s", "train_s", "end_s", "run_wall_s"}
+        | {"steps_per_second", "trained_env_steps"}
+    )
 
     def end(self, run: RunInfo, state: EngineState) -> None:
         summary = run.make_summary()
         previous = run.out.read_summary() if run.first > 0 else None
         for key, value in (previous or {}).items():
-            missing = key in summary and (
-                summary[key] is None
-                or (isinstance(summary[key], float) and math.isnan(summary[key]))
+            missing = (
+                key in summary
+                and key not in self.THIS_CALLS
+                and (
+                    summary[key] is None
+                    or (isinstance(summary[key], float) and math.isnan(summary[key]))
+                )
             )
             if missing and isinstance(value, int | float) and not isinstance(value, bool):
                 summary[key] = value

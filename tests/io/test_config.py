@@ -278,5 +278,6 @@ def test_override_spellings_users_type():
     assert cfg.algo.lr == pytest.approx(3e-4)  # spaces around '=' in one argument
     assert cfg.compile_cache_dir is None  # Python's None is null
     assert cfg.name == "None"  # (a text-only key keeps the text)
+    assert jre.load_config(None, ['compile_cache_dir="None"']).compile_cache_dir == "None"
     with pytest.raises(jre.ConfigError, match="a config file comes first"):
         jre.load_config(None, ["run_dir=x", "configs/ppo_cartpole.yaml"])

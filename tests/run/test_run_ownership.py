@@ -211,6 +211,14 @@ def test_a_resumed_runs_summary_says_which_numbers_are_this_calls(run_copy, caps
     assert summary["trained_env_steps"] == 128  # epochs 5 and 6
     assert summary["steps_per_second"] == pytest.approx(128 / summary["train_s"])
     assert summary["run_wall_s"] == pytest.approx(before + summary["wall_s"], abs=0.05)
+    # The algorithm's own name, quoted or not, is no change; nor is the torso auto resolves to.
+    same = ["total_env_steps=448", 'algo.name="ppo"', "algo.torso=mlp"]
+    assert cli.main(["train", "--resume", str(run_copy), *same]) == 0
+    out, _ = capsys.readouterr()
+    again = strict_loads(out.strip().splitlines()[-1])
+    # This call's rate and times are its own, never the earlier summary's.
+    assert again["trained_env_steps"] == 64
+    assert again["steps_per_second"] == pytest.approx(64 / again["train_s"])
 
 
 def test_a_finished_runs_resume_answers_without_taking_the_directory(run_copy, capsys, monkeypatch):
@@ -264,8 +272,9 @@ def test_a_resumed_session_that_trains_nothing_keeps_the_earlier_summary_numbers
     engine, state = jre.resume(run_copy)
     _, summary = engine.run(state)
     assert summary["status"] == "completed"
-    for key in ("final_eval_return", "steps_per_second"):
-        assert summary[key] == earlier[key] and summary[key] is not None
+    assert summary["final_eval_return"] == earlier["final_eval_return"] is not None
+    # This call's own rate is not the earlier call's: it trained nothing.
+    assert summary["trained_env_steps"] == 0 and summary["steps_per_second"] is None
 
 
 def test_resume_with_an_empty_path_exits_2(capsys):
