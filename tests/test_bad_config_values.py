@@ -346,3 +346,4 @@ def test_another_algorithms_keys_are_one_line_listing_the_valid_ones_once(capsys
     assert "unknown config keys 'algo.update_epochs', 'algo.num_minibatches'" in err, err
     assert "(algo.name=sac); valid keys here: activation, actor_lr" in err, err
     assert err.count("valid keys here") == 1 and "more errors" not in err, err
+    assert err.rstrip().endswith("train_ratio; they are keys of algo.name=ppo"), err

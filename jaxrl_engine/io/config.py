@@ -552,20 +552,30 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...], algo: str = "ppo")
     return sorted(model.model_fields)
 
 
-def _hint(key: str, fields: list[str], algo: str | None) -> str:
-    """` ('algo.lrr': did you mean 'lr'?)` for a misspelled key, or the algorithms it is a
-    key of when it is another algorithm's (`algo.tau` under ppo); "" when neither."""
-    last = key.rsplit(".", 1)[-1]
-    others = sorted(
-        name
-        for name, model in ALGORITHMS.items()
-        if name != algo and last in getattr(model, "model_fields", {})
-    )
-    if algo is not None and others:
-        return f" ('{key}' is a key of algo.name={'/'.join(others)})"
+def _hint(keys: list[str], fields: list[str], algo: str | None) -> str:
+    """`; did you mean 'lr'?` for misspelled keys, or the algorithms whose keys they all are
+    when they are another algorithm's (`algo.tau` under ppo; a PPO config's keys under sac);
+    "" when neither."""
+
+    def others(key: str) -> set[str]:
+        last = key.rsplit(".", 1)[-1]
+        models = ALGORITHMS.items()
+        return {n for n, m in models if n != algo and last in getattr(m, "model_fields", {})}
+
+    if algo is not None:
+        common = set.intersection(*(others(k) for k in keys))
+        if common:
+            whose = f"algo.name={'/'.join(sorted(common))}"
+            return f"; {'it is a key' if len(keys) == 1 else 'they are keys'} of {whose}"
     lowered = {f.lower(): f for f in fields}
-    close = difflib.get_close_matches(last.lower(), list(lowered), n=1, cutoff=0.75)
-    return f" ('{key}': did you mean '{lowered[close[0]]}'?)" if close else ""
+    meant = []
+    for key in keys:
+        last = key.rsplit(".", 1)[-1].lower()
+        close = difflib.get_close_matches(last, list(lowered), n=1, cutoff=0.75)
+        if close:
+            word = f"'{lowered[close[0]]}'"
+            meant.append(f"{word} for '{key}'" if len(keys) > 1 else word)
+    return f"; did you mean {', '.join(meant)}?" if meant else ""
 
 
 _repr = reprlib.Repr()
@@ -627,8 +637,8 @@ def _format(error: ValidationError) -> str:
             names = ", ".join(f"'{k}'" for k in keys)
             which = f" (algo.name={algo})" if algo else ""
             plural = "s" if len(keys) > 1 else ""
-            hints = "".join(_hint(k, fields, algo if parent == ("algo",) else None) for k in keys)
-            lines[i] = f"unknown config key{plural} {names}{which}{hints}; valid keys here: {valid}"
+            hint = _hint(keys, fields, algo if parent == ("algo",) else None)
+            lines[i] = f"unknown config key{plural} {names}{which}; valid keys here: {valid}{hint}"
     if len(lines) > MAX_ERRORS:
         lines[MAX_ERRORS:] = [f"and {len(lines) - MAX_ERRORS} more errors"]
     return "invalid configuration: " + "; ".join(lines)

@@ -261,10 +261,10 @@ def test_structure_errors_come_first_and_env_errors_still_come():
 @pytest.mark.parametrize(
     "override, said",
     [
-        ("algo.lrr=1e-3", "('algo.lrr': did you mean 'lr'?)"),
-        ("algo.Lr=1e-3", "('algo.Lr': did you mean 'lr'?)"),
-        ("eval.intervall=3", "('eval.intervall': did you mean 'interval'?)"),
-        ("algo.tau=0.1", "('algo.tau' is a key of algo.name=dqn/sac/td3)"),
+        ("algo.lrr=1e-3", "; did you mean 'lr'?"),
+        ("algo.Lr=1e-3", "; did you mean 'lr'?"),
+        ("eval.intervall=3", "; did you mean 'interval'?"),
+        ("algo.tau=0.1", "; it is a key of algo.name=dqn/sac/td3"),
     ],
 )
 def test_an_unknown_key_names_the_key_meant(override, said):
