@@ -390,21 +390,28 @@ def resume(
             stored, overrides or [], source=f"checkpoint {str(info.path)!r}", how=factory_hint
         )
         check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
-        for key in getattr(cfg.algo, "init_only_keys", ()):
-            was, now = info.config.get("algo", {}).get(key), getattr(cfg.algo, key)
-            if was is not None and was != now:
-                raise ConfigError(
-                    f"override algo.{key}={now}: it only sets the trained state's initial "
-                    f"value, which a resumed run takes from its checkpoint (algo.{key} was "
-                    f"{was}); start a new run for another"
-                )
-        for key in sorted(getattr(cfg.algo, "trained_with_keys", ())):
+        # Keys a resume cannot change although no shape changes (the layout check passes)
+        fixed = [
+            (
+                key,
+                "it only sets the trained state's initial value, which a resumed run takes "
+                "from its checkpoint (algo.{key} was {was})",
+            )
+            for key in sorted(getattr(cfg.algo, "init_only_keys", ()))
+        ] + [
+            (
+                key,
+                "the checkpoint's params were trained with algo.{key}={was}, and another "
+                "would change what they compute (not their shapes)",
+            )
+            for key in sorted(getattr(cfg.algo, "trained_with_keys", ()))
+        ]
+        for key, why in fixed:
             was, now = info.config.get("algo", {}).get(key), getattr(cfg.algo, key, None)
             if was is not None and now is not None and was != now:
                 raise ConfigError(
-                    f"override algo.{key}={now}: the checkpoint's params were trained with "
-                    f"algo.{key}={was}, and another would change what they compute (not their "
-                    "shapes); start a new run (another name=) for another"
+                    f"override algo.{key}={now}: {why.format(key=key, was=was)}; start a new "
+                    "run (another name=) for another"
                 )
         engine = build(cfg, **build_kwargs)
         resolved = cfg.model_dump(mode="json")

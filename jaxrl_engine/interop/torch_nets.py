@@ -23,22 +23,10 @@ from jaxrl_engine.io.user_code import first_line, import_from_here
 TORCH_ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
 
 
-def mlp(
-    in_shape: Sequence[int],
-    out_dim: int,
-    out_scale: float = 1.0,
-    hidden_sizes: Sequence[int] = (64, 64),
-    activation: str = "tanh",
-) -> Any:
-    """nn.Sequential MLP with CleanRL's orthogonal init (sqrt 2 hidden, `out_scale` last)."""
-    with _float32_default():
-        return _mlp(in_shape, out_dim, out_scale, hidden_sizes, activation)
-
-
 @contextlib.contextmanager
 def _float32_default() -> Iterator[None]:
     """Layers built (and initialised) in float32 whatever `torch.set_default_dtype` says: the
-    same weights as in a process that never changed it."""
+    same weights as in a process that never changed it (a decorator of the factories)."""
     import torch
 
     previous = torch.get_default_dtype()
@@ -49,13 +37,15 @@ def _float32_default() -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def _mlp(
+@_float32_default()
+def mlp(
     in_shape: Sequence[int],
     out_dim: int,
-    out_scale: float,
-    hidden_sizes: Sequence[int],
-    activation: str,
+    out_scale: float = 1.0,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
 ) -> Any:
+    """nn.Sequential MLP with CleanRL's orthogonal init (sqrt 2 hidden, `out_scale` last)."""
     from torch import nn
 
     acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
@@ -70,6 +60,7 @@ def _mlp(
     return nn.Sequential(*layers)
 
 
+@_float32_default()
 def cnn(
     in_shape: Sequence[int],
     out_dim: int,
@@ -88,19 +79,6 @@ def cnn(
     two axes the layout calls height and width are not square while the other pair is (e.g.
     [10, 10, 4] read as chw would build Conv2d(10, ...) over 10x4 images).
     """
-    with _float32_default():
-        return _cnn(in_shape, out_dim, out_scale, channels, hidden, obs_layout, in_channels)
-
-
-def _cnn(
-    in_shape: Sequence[int],
-    out_dim: int,
-    out_scale: float,
-    channels: Sequence[int],
-    hidden: int,
-    obs_layout: str,
-    in_channels: int | None,
-) -> Any:
     from torch import nn
 
     from jaxrl_engine.interop.torch_layers import ChannelsFirst

@@ -86,6 +86,16 @@ class RunInfo:
         end = time.perf_counter() if self.train_end is None else self.train_end
         return end - self.train_start
 
+    def times_to(self, now: float) -> dict[str, float]:
+        """The summary's times that run to `now`: this call's `wall_s` and `end_s`, and
+        `run_wall_s`, the run's whole life over every process that trained it (as
+        metrics.jsonl's wall_s counts on)."""
+        return {
+            "wall_s": now - self.wall_start,
+            "end_s": 0.0 if self.train_end is None else now - self.train_end,
+            "run_wall_s": self.wall_offset + now - self.wall_start,
+        }
+
     def make_summary(self) -> dict[str, Any]:
         now = time.perf_counter()
         return {
@@ -101,17 +111,13 @@ class RunInfo:
             "env_steps": self.done * self.engine.steps_per_epoch,
             "requested_env_steps": self.cfg.total_env_steps,
             # wall_s >= startup_s + compile_s + train_s + end_s (Driver.run says what each is)
-            "wall_s": now - self.wall_start,
+            **self.times_to(now),
             "startup_s": self.startup_s,
             "compile_s": self.compile_s,
             "train_s": self.train_s,
-            "end_s": 0.0 if self.train_end is None else now - self.train_end,
             # this call's: env steps it trained / train_s (null when it trained none)
             "steps_per_second": self.steps_per_second,
             "trained_env_steps": (self.done - self.first) * self.engine.steps_per_epoch,
-            # the run's whole life, over every process that trained it (metrics.jsonl's wall_s
-            # counts on so): the other times are this call's
-            "run_wall_s": self.wall_offset + now - self.wall_start,
             # Both absolute, whatever run_dir was given as.
             "run_dir": str(self.out.path.absolute()),
             "checkpoint": None if self.checkpoint is None else str(self.checkpoint.absolute()),
@@ -425,12 +431,7 @@ class ExportPolicy(HostHook):
         except ExportError as e:
             warnings.warn(f"policy not exported: {e}", stacklevel=2)
         if run.summary and run.train_end is not None:  # the summary's times include the export
-            now = time.perf_counter()
-            run.summary.update(
-                wall_s=now - run.wall_start,
-                end_s=now - run.train_end,
-                run_wall_s=run.wall_offset + now - run.wall_start,
-            )
+            run.summary.update(run.times_to(time.perf_counter()))
             run.out.write_summary(run.summary)
 
 
