@@ -39,9 +39,26 @@ class _BadArguments(Exception):
     """A command line argparse refuses; `main` reports it and returns `EXIT_BAD_INPUT`."""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """An option given twice (`--resume a --resume b`) is refused: argparse keeps the last
+    one silently, and a user who typed two meant one of them."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        given = namespace.__dict__.setdefault("_options_given", set())
+        if self.option_strings and self.dest in given:
+            raise argparse.ArgumentError(self, "given twice: give it once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors returned by `main` (exit 2, one `jaxrl-engine: ` line naming
     `--help`) instead of `sys.exit` inside the parser: `main` is also called in process."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> Any:
         verb = self.prog.removeprefix("jaxrl-engine").strip()

@@ -97,6 +97,22 @@ def test_bad_input_exits_2_naming_key_and_choices_before_any_compile(
         assert not m.called, f"{name} was called before the bad input was reported"
 
 
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["train", "--resume", "runs/a", "--resume", "runs/b"], "--resume"),
+        (["eval", "runs/a", "--episodes", "3", "--episodes", "4"], "--episodes"),
+        (["plot", "runs/a", "--out", "a.png", "--out", "b.png"], "--out"),
+    ],
+)
+def test_an_option_given_twice_is_refused_not_the_last_one_taken(argv, option, no_compile, capsys):
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    _, err = capsys.readouterr()
+    assert_one_paragraph(err)
+    assert f"argument {option}: given twice" in err
+    assert not any(m.called for m in no_compile.values())
+
+
 def test_missing_config_file_exits_2_naming_the_path(tmp_path, no_compile, capsys):
     path = tmp_path / "nowhere" / "ppo.yaml"
     assert cli.main(["train", str(path), "seed=1"]) == cli.EXIT_BAD_INPUT

@@ -231,7 +231,15 @@ class OffPolicyConfig(Strict):
     )
     prioritized: bool = Field(False, description="prioritised replay (proportional)")
     priority_alpha: float = Field(0.6, ge=0, description="P(i) ~ priority**alpha")
-    priority_beta: float = Field(0.4, ge=0, description="importance-weight exponent")
+    priority_beta: float = Field(
+        0.4, ge=0, description="importance-weight exponent beta at env step 0"
+    )
+    priority_beta_end: float = Field(
+        1.0,
+        ge=0,
+        description="beta at the run's last env step (linear from algo.priority_beta; "
+        "Schaul et al. anneal it to 1)",
+    )
     priority_eps: float = Field(1e-6, gt=0, description="priority = |TD error| + eps")
     hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: [64, 64], description="MLP widths"
@@ -291,7 +299,7 @@ class OffPolicyConfig(Strict):
 
     def run_length_schedules(self) -> list[str]:
         """What is scheduled over the run's env steps (a resume to another total stretches it)."""
-        return []
+        return ["beta (algo.priority_beta_end)"] if self.prioritized else []
 
     def step_intervals(self) -> list[tuple[str, int, str]]:
         """(key, interval in gradient steps, what it updates) the run must reach at least once."""
@@ -353,6 +361,7 @@ class DQNConfig(OffPolicyConfig):
             "exploration_fraction",
             "priority_alpha",
             "priority_beta",
+            "priority_beta_end",
             "priority_eps",
         }
     )
@@ -390,7 +399,7 @@ class DQNConfig(OffPolicyConfig):
 
     def run_length_schedules(self) -> list[str]:
         lr = ["the learning rate (algo.anneal_lr)"] if self.anneal_lr else []
-        return ["epsilon (algo.exploration_fraction)", *lr]
+        return ["epsilon (algo.exploration_fraction)", *lr, *super().run_length_schedules()]
 
     def step_intervals(self) -> list[tuple[str, int, str]]:
         return [("target_update_interval", self.target_update_interval, "the target network")]
@@ -410,6 +419,7 @@ class DQNConfig(OffPolicyConfig):
             exploration_fraction=self.exploration_fraction,
             priority_alpha=self.priority_alpha,
             priority_beta=self.priority_beta,
+            priority_beta_end=self.priority_beta_end,
             priority_eps=self.priority_eps,
         )
 
@@ -451,6 +461,7 @@ class SACConfig(ContinuousOffPolicyConfig):
             "target_entropy",
             "priority_alpha",
             "priority_beta",
+            "priority_beta_end",
             "priority_eps",
         }
     )
@@ -482,6 +493,7 @@ class SACConfig(ContinuousOffPolicyConfig):
             target_entropy=-float(np.prod(spec.action.shape)) if target is None else target,
             priority_alpha=self.priority_alpha,
             priority_beta=self.priority_beta,
+            priority_beta_end=self.priority_beta_end,
             priority_eps=self.priority_eps,
         )
 
@@ -525,6 +537,7 @@ class TD3Config(ContinuousOffPolicyConfig):
             "ou_dt",
             "priority_alpha",
             "priority_beta",
+            "priority_beta_end",
             "priority_eps",
         }
     )
@@ -569,6 +582,7 @@ class TD3Config(ContinuousOffPolicyConfig):
             ou_dt=self.ou_dt,
             priority_alpha=self.priority_alpha,
             priority_beta=self.priority_beta,
+            priority_beta_end=self.priority_beta_end,
             priority_eps=self.priority_eps,
         )
 

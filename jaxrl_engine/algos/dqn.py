@@ -51,6 +51,7 @@ class DQNHParams(struct.PyTreeNode):
     exploration_fraction: jax.Array | float = 0.5
     priority_alpha: jax.Array | float = 0.6
     priority_beta: jax.Array | float = 0.4
+    priority_beta_end: jax.Array | float = 1.0
     priority_eps: jax.Array | float = 1e-6
 
 
@@ -168,8 +169,11 @@ def dqn(
         (params, target, opt_state, n), metrics, priorities = replay.gradient_steps(
             s, buffer, batch, key, hp, step, carry
         )
+        # The epsilon this epoch's rollout acted with: that of the env steps before it
+        # (`update_dataset` has counted the rollout's steps in the schedule since).
+        before = s.schedule.env_steps - replay.num_steps * replay.num_envs
         metrics["train/epsilon"] = epsilon(
-            s.schedule.env_steps, hp, replay.learning_starts, total_env_steps
+            jnp.maximum(before, 0), hp, replay.learning_starts, total_env_steps
         )
         new_state = s.replace(
             params=params,

@@ -127,8 +127,9 @@ class Replay:
             added = buffer.count * self.num_envs - schedule.env_steps
             fresh = (age < added // self.num_envs)[:, None]
             priorities = jnp.where(fresh, priorities.max(), priorities)
+            beta = self.priority_beta(buffer.count * self.num_envs, hp)
             rows, envs, weights = replay.sample_prioritized(
-                buffer, priorities, key, shape, hp.priority_alpha, hp.priority_beta
+                buffer, priorities, key, shape, hp.priority_alpha, beta
             )
             train_state = train_state.replace(priorities=priorities)
         else:
@@ -137,11 +138,21 @@ class Replay:
         schedule = schedule.replace(env_steps=buffer.count * self.num_envs)
         train_state = train_state.replace(schedule=schedule)
         metrics: Metrics = {"update_dataset/buffer_size": buffer.size()}
+        if self.prioritized:
+            metrics["update_dataset/priority_beta"] = beta
         if self.mode == "fixed":  # (a circular buffer overwrites its oldest rows instead)
             metrics["update_dataset/buffer_overflowed"] = buffer.overflowed.astype(jnp.int32)
         return train_state, ReplayBatch(rows=rows, envs=envs, weights=weights), metrics
 
     # ---------------------------------------------------------- schedule
+    def priority_beta(self, env_steps: jax.Array, hp: Any) -> jax.Array:
+        """f32[]: the importance-weight exponent, linear from `priority_beta` at env step 0
+        to `priority_beta_end` at the run's last env step (Schaul et al. 2016 anneal to 1)."""
+        total = max(1, self.num_epochs * self.num_steps * self.num_envs)
+        frac = jnp.clip(env_steps / total, 0.0, 1.0)
+        beta = hp.priority_beta + frac * (hp.priority_beta_end - hp.priority_beta)
+        return jnp.asarray(beta, jnp.float32)
+
     def learning(self, train_state: Any) -> jax.Array:
         """bool[]: the buffer holds `learning_starts` transitions (warm-up is over)."""
         return train_state.schedule.env_steps >= self.learning_starts

@@ -82,6 +82,7 @@ class SACHParams(struct.PyTreeNode):
     target_entropy: jax.Array | float = -1.0
     priority_alpha: jax.Array | float = 0.6
     priority_beta: jax.Array | float = 0.4
+    priority_beta_end: jax.Array | float = 1.0
     priority_eps: jax.Array | float = 1e-6
 
 

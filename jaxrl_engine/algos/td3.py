@@ -64,6 +64,7 @@ class TD3HParams(struct.PyTreeNode):
     ou_dt: jax.Array | float = 1e-2
     priority_alpha: jax.Array | float = 0.6
     priority_beta: jax.Array | float = 0.4
+    priority_beta_end: jax.Array | float = 1.0
     priority_eps: jax.Array | float = 1e-6
 
 

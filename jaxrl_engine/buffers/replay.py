@@ -129,15 +129,16 @@ def sample_prioritized(
     priorities: jax.Array,
     key: jax.Array,
     shape: tuple[int, ...],
-    alpha: float,
-    beta: float,
+    alpha: float | jax.Array,
+    beta: float | jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(rows, envs, importance weights f32[*shape]), P(i) proportional to priorities[i]**alpha.
 
     priorities: f32[capacity_per_env, num_envs] (unwritten rows are never drawn, whatever they
-    hold). Weights are (size * P(i))**-beta, divided by their maximum over the sample (Schaul et
-    al. 2016). Sampling is one cumulative sum and a binary search per draw: O(capacity) per
-    call, then O(log capacity) per draw.
+    hold). Weights are (size * P(i))**-beta, divided by their maximum over each minibatch (the
+    last axis of `shape`: Schaul et al. 2016, so a minibatch's largest weight is 1). Sampling
+    is one cumulative sum and a binary search per draw: O(capacity) per call, then
+    O(log capacity) per draw.
     """
     cap, num_envs = priorities.shape
     written = jnp.arange(cap)[:, None] < buffer.rows()
@@ -148,7 +149,7 @@ def sample_prioritized(
     flat = jnp.clip(jnp.searchsorted(cdf, u, side="right"), 0, cap * num_envs - 1)
     prob = p[flat] / jnp.maximum(total, 1e-30)
     weights = (buffer.size().astype(jnp.float32) * prob) ** (-beta)
-    weights = weights / jnp.maximum(weights.max(), 1e-30)
+    weights = weights / jnp.maximum(weights.max(axis=-1, keepdims=True), 1e-30)
     return (flat // num_envs).astype(jnp.int32), (flat % num_envs).astype(jnp.int32), weights
 
 

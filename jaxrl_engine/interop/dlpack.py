@@ -205,8 +205,9 @@ def _narrow_int64(t: torch.Tensor, path: str) -> torch.Tensor:
     if t.numel() and (int(t.min()) < info.min or int(t.max()) > info.max):
         raise BridgeError(
             f"leaf {path}: {t.dtype} values outside {target}'s range cannot cross with "
-            "jax_enable_x64 off (JAX would silently truncate them, 2**40 -> 0); enable "
-            "jax.config.update('jax_enable_x64', True) or rescale the data"
+            "jax_enable_x64 off (JAX would silently truncate them, 2**40 -> 0); rescale the data, "
+            "or enable jax.config.update('jax_enable_x64', True) where no engine trains (its "
+            "training refuses jax_enable_x64)"
         )
     return t.to(target)
 
@@ -219,7 +220,8 @@ def _narrow_float64(t: torch.Tensor, path: str) -> torch.Tensor:
     if bool((torch.isfinite(real(t)) & ~torch.isfinite(real(out))).any()):
         raise BridgeError(
             f"leaf {path}: {t.dtype} values overflow {target} (JAX would silently turn 1e300 "
-            "into inf with jax_enable_x64 off); enable jax_enable_x64 or rescale the data"
+            "into inf with jax_enable_x64 off); rescale the data, or enable jax_enable_x64 where "
+            "no engine trains (its training refuses jax_enable_x64)"
         )
     return out
 
@@ -257,13 +259,13 @@ def _tensor_to_jax(
     if not _x64() and t.dtype in (torch.int64, torch.uint64):
         need(
             f"dtype {t.dtype} with jax_enable_x64 off (JAX would silently downcast: 2**40 -> 0)",
-            "Cast to int32 in torch or enable jax_enable_x64",
+            "Cast to int32 in torch (or enable jax_enable_x64 where no engine trains)",
         )
         t = _narrow_int64(t, path)
     elif not _x64() and t.dtype in (torch.float64, torch.complex128):
         need(
             f"dtype {t.dtype} with jax_enable_x64 off (JAX would silently downcast: 1e300 -> inf)",
-            "Cast to float32 in torch or enable jax_enable_x64",
+            "Cast to float32 in torch (or enable jax_enable_x64 where no engine trains)",
         )
         t = _narrow_float64(t, path)
     compact, permuted = _compact_strides(t)

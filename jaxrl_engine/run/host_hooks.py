@@ -181,6 +181,17 @@ class Logging(HostHook):
             last_wall = json.loads(run.metrics_lines[-1]).get("wall_s")
             if isinstance(last_wall, int | float) and math.isfinite(last_wall):
                 run.wall_offset = float(last_wall)
+            # The call that ended at this checkpoint's epoch with a summary also spent its
+            # end (final checkpoint, export) after its last record: its summary counted it.
+            previous = run.out.read_summary() or {}
+            ended = previous.get("run_wall_s")
+            if (
+                previous.get("epochs") == run.first
+                and isinstance(ended, int | float)
+                and math.isfinite(ended)
+                and ended >= run.wall_offset
+            ):
+                run.wall_offset = float(ended)
         for line in reversed(run.metrics_lines):  # a resumed run's last evaluation so far
             record = json.loads(line)
             if isinstance(record.get("evaluate/episode_return"), int | float):

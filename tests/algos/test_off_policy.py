@@ -105,6 +105,34 @@ def test_vmapped_make_train_over_4_seeds_equals_single_seed_runs(algo, tmp_path)
             np.testing.assert_allclose(np.asarray(b)[i], np.asarray(a), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_prioritized_beta_anneals_linearly_to_its_end_value_over_the_run(algo, tmp_path):
+    cfg = config(algo, "algo.prioritized=true", "algo.priority_beta=0.5", tmp_path=tmp_path)
+    engine = jre.build(cfg)  # 256 / 32 = 8 epochs
+    state = engine.init(jax.random.key(0))
+    betas = []
+    for _ in range(engine.num_epochs):
+        state, metrics = engine.epoch(state)
+        betas.append(float(metrics["update_dataset/priority_beta"]))
+    # Each epoch samples with the beta of the env steps collected so far (32 an epoch).
+    want = [0.5 + 0.5 * 32 * k / 256 for k in range(1, 9)]
+    np.testing.assert_allclose(betas, want, rtol=1e-6)
+    assert "beta (algo.priority_beta_end)" in cfg.algo.run_length_schedules()
+
+
+def test_dqns_epsilon_metric_is_the_one_its_epochs_rollout_acted_with(tmp_path):
+    cfg = config(
+        "dqn", "algo.learning_starts=0", "algo.exploration_fraction=0.5", tmp_path=tmp_path
+    )
+    engine = jre.build(cfg)  # 8 epochs of 32 env steps; epsilon 1 -> 0.05 over 128 steps
+    state = engine.init(jax.random.key(0))
+    for k in range(engine.num_epochs):
+        acted_with = float(state.eval_params["epsilon"])  # sync_weights' copy, before the epoch
+        state, metrics = engine.epoch(state)
+        assert float(metrics["train/epsilon"]) == pytest.approx(acted_with, abs=1e-7)
+        assert acted_with == pytest.approx(max(0.05, 1.0 - 0.95 * 32 * k / 128), abs=1e-6)
+
+
 def test_sync_every_k_makes_acting_weights_lag_the_learner(tmp_path):
     cfg = config("dqn", "algo.sync_every=3", "algo.learning_starts=0", tmp_path=tmp_path)
     engine = jre.build(cfg)  # 256 / 32 = 8 epochs

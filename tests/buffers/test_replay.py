@@ -143,6 +143,22 @@ def test_prioritized_sampling_frequencies_match_priorities():
     np.testing.assert_allclose(w, expected / expected.max(), rtol=1e-4)
 
 
+def test_prioritized_weights_are_normalised_in_each_minibatch():
+    """Schaul et al.: each minibatch's weights are divided by that minibatch's largest, so
+    every gradient step's largest weight is 1 (not only the epoch's luckiest minibatch)."""
+    buf = replay.add(empty(4), trajectory(0, 4))
+    prio = jnp.asarray(np.geomspace(1, 1e3, 12, dtype=np.float32).reshape(4, 3))
+    rows, envs, weights = replay.sample_prioritized(
+        buf, prio, jax.random.key(3), (64, 8), 1.0, beta=1.0
+    )
+    w = np.asarray(weights)
+    np.testing.assert_allclose(w.max(axis=1), 1.0, rtol=1e-6)
+    p = np.asarray(prio).reshape(-1) / np.asarray(prio).sum()
+    raw = (12 * p[np.asarray(rows) * NUM_ENVS + np.asarray(envs)]) ** -1.0
+    np.testing.assert_allclose(w, raw / raw.max(axis=1, keepdims=True), rtol=1e-4)
+    assert len(np.unique(np.round(raw.max(axis=1), 3))) > 1  # the minibatches' maxima differ
+
+
 def test_adding_inside_a_donating_jit_reuses_the_buffer():
     buf = empty(1000)
     leaf = buf.data.obs

@@ -200,7 +200,9 @@ def test_a_run_killed_after_its_last_checkpoint_is_completed_on_resume_without_n
 
 
 def test_a_resumed_runs_summary_says_which_numbers_are_this_calls(run_copy, capsys):
-    before = json.loads((run_copy / "metrics.jsonl").read_text().splitlines()[-1])["wall_s"]
+    last_record = json.loads((run_copy / "metrics.jsonl").read_text().splitlines()[-1])
+    before = json.loads((run_copy / "summary.json").read_text())["run_wall_s"]
+    assert before > last_record["wall_s"]  # its end (final checkpoint, export) came after it
     assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=384"]) == 0
     out, err = capsys.readouterr()
     summary = strict_loads(out.strip().splitlines()[-1])
@@ -210,7 +212,10 @@ def test_a_resumed_runs_summary_says_which_numbers_are_this_calls(run_copy, caps
     assert summary["epochs"] == 6 and summary["env_steps"] == 384
     assert summary["trained_env_steps"] == 128  # epochs 5 and 6
     assert summary["steps_per_second"] == pytest.approx(128 / summary["train_s"])
+    # The run's wall time: the first call's whole (to its summary) and this one's.
     assert summary["run_wall_s"] == pytest.approx(before + summary["wall_s"], abs=0.05)
+    records = [json.loads(x) for x in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    assert records[4]["wall_s"] > before  # epoch 5's, counted on from the first call's end
     # The algorithm's own name, quoted or not, is no change; nor is the torso auto resolves to.
     same = ["total_env_steps=448", 'algo.name="ppo"', "algo.torso=mlp"]
     assert cli.main(["train", "--resume", str(run_copy), *same]) == 0
