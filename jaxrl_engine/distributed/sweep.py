@@ -218,6 +218,7 @@ def plan_sweep(
             except ConfigError as e:
                 raise ConfigError(f"sweep member {name}: {e}") from None
             members.append(Member(name=name, seed=seed, settings=settings, cfg=member_cfg))
+    _refuse_equal_members(members)
     groups: dict[str, list[Member]] = {}
     for member in members:
         groups.setdefault(static_signature(member.cfg), []).append(member)
@@ -232,6 +233,26 @@ def plan_sweep(
             "per static setting, or give it one value"
         )
     return SweepPlan(seeds=seeds, grid=axes, groups=list(groups.values()))
+
+
+def _refuse_equal_members(members: list[Member]) -> None:
+    """Two members that train the same config (grid values written differently that resolve
+    to one value: `algo.gamma=[1,1.0]`) are refused: one would be a copy counted twice."""
+    seen: dict[str, Member] = {}
+    for member in members:
+        flat = flat_config(member.cfg.model_dump(mode="json"))
+        key = json.dumps({k: v for k, v in flat.items() if k != "name"}, sort_keys=True)
+        other = seen.setdefault(key, member)
+        if other is not member:
+            both = ", ".join(
+                f"{k}: {other.settings[k]!r} and {member.settings[k]!r}"
+                for k in member.settings
+                if json.dumps(other.settings[k]) != json.dumps(member.settings[k])
+            )
+            raise ConfigError(
+                f"sweep grid: members {other.name} and {member.name} train the same config "
+                f"({both} are one value once read): give each value once"
+            )
 
 
 def static_signature(cfg: Config) -> str:

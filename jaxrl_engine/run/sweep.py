@@ -16,6 +16,7 @@ still runs, and is ignored. SIGINT/SIGTERM stop after the current chunk with a c
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -40,10 +41,18 @@ from jaxrl_engine.distributed.sweep import Member, SweepPrograms
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
-from jaxrl_engine.io.files import SPEC_FILE, atomic_write, strict_json
+from jaxrl_engine.io.files import SPEC_FILE, RunDirError, atomic_write, strict_json
+from jaxrl_engine.io.plot import sweep_members
 from jaxrl_engine.run.driver import TrainingInterrupted
 from jaxrl_engine.run.host_hooks import eval_text
-from jaxrl_engine.run.run_dir import RunDir, clear_run_files, end_status, epochs_asked
+from jaxrl_engine.run.run_dir import (
+    LOCK_FILE,
+    RunDir,
+    clear_run_files,
+    end_status,
+    epochs_asked,
+    read_metrics_lines,
+)
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 # A member's final evaluation return counts in its setting's statistics unless nan_guard
@@ -68,6 +77,8 @@ class MemberRun:
     member: Member
     out: RunDir
     final_eval: float = float("nan")
+    final_eval_std: float = float("nan")
+    final_eval_iqm: float = float("nan")
     epochs: int = 0
     status: str = "running"
     error: str | None = None
@@ -78,9 +89,9 @@ class MemberRun:
         lines = self.out.open_logs(first)
         self.epochs = int(json.loads(lines[-1])["epoch"]) if lines else 0
         for line in reversed(lines):
-            value = json.loads(line).get("evaluate/episode_return")
-            if isinstance(value, int | float):
-                self.final_eval = float(value)
+            record = json.loads(line)
+            if isinstance(record.get("evaluate/episode_return"), int | float):
+                self._take_evaluation(record)
                 break
         if error is not None:
             self.status, self.error = "non_finite", error
@@ -89,7 +100,27 @@ class MemberRun:
         self.out.log(record)
         self.epochs = int(record["epoch"])
         if "evaluate/episode_return" in record:
-            self.final_eval = record["evaluate/episode_return"]
+            self._take_evaluation(record)
+
+    def _take_evaluation(self, record: dict[str, Any]) -> None:
+        """The summary's final evaluation, as a train's: mean, std and IQM over episodes."""
+
+        def number(key: str) -> float:
+            value = record.get(key)
+            return float(value) if isinstance(value, int | float) else float("nan")
+
+        self.final_eval = number("evaluate/episode_return")
+        self.final_eval_std = number("evaluate/episode_return_std")
+        self.final_eval_iqm = number("evaluate/episode_return_iqm")
+
+
+def _remove_if_empty(path: Path) -> None:
+    """A previous sweep's member folder, once its files are cleared: gone if nothing of the
+    user's is left in it (its lock file is the sweep's: the sweep's own lock is held)."""
+    (path / LOCK_FILE).unlink(missing_ok=True)
+    for folder in (path / POLICY_DIR, path):
+        with contextlib.suppress(OSError):  # (not empty, or already gone)
+            folder.rmdir()
 
 
 def iqm(values: Sequence[float]) -> float:
@@ -244,6 +275,16 @@ class SweepDriver:
         before its last group never shows the old sweep's members as its own."""
         held = [c for c in checkpoints if c is not None and c.latest() is not None]
         members = [self.root / m.name for g in self.groups for m in g.members]
+        # The finished sweep's own members and groups too (another grid: other names), as
+        # its sweep.csv and checkpoint folders list them, so none is left looking like ours.
+        labels = {g.label for g in self.groups}
+        held += [
+            Checkpointer(d)
+            for d in sorted((self.root / "checkpoints").glob("group*"))
+            if d.name not in labels and d.is_dir() and not d.is_symlink()
+        ]
+        known = set(members)
+        members += [m for m in sweep_members(self.root) or [] if m not in known]
         if not held and not any((m / "summary.json").exists() for m in members):
             return
         print(
@@ -253,9 +294,14 @@ class SweepDriver:
         )
         for c in held:
             c.delete_all()
+            if c.directory.name not in labels:  # (another grid's group: its folder goes too)
+                c.close()
+                _remove_if_empty(c.directory)
         if self.primary:
             for member in members:
                 clear_run_files(member)
+                if member.name not in {m.name for g in self.groups for m in g.members}:
+                    _remove_if_empty(member)
 
     def _meta(self, group: Group, runs: Sequence[MemberRun] = ()) -> dict[str, Any]:
         """The config a group's checkpoints carry: the sweep, its members, which failed."""
@@ -290,7 +336,28 @@ class SweepDriver:
                 f"checkpoint {str(info.path)!r} holds the members {info.config.get('members')}, "
                 f"not {names} as {SPEC_FILE} says"
             )
-        return latest, dict(info.config.get("non_finite") or {})
+        failed = dict(info.config.get("non_finite") or {})
+        self._check_records(group, latest, failed)  # (every process reads the members' records)
+        return latest, failed
+
+    def _check_records(self, group: Group, epoch: int, failed: dict[str, str]) -> None:
+        """A member trained on from its group's checkpoint needs its records up to that epoch
+        (the checkpoint holds the batched state, not the members' records): one whose
+        directory was deleted or cut short is refused before anything is written, instead of
+        going on with its history missing (or ending "completed" with no result)."""
+        for member in group.members:
+            if member.name in failed:  # (its records end where nan_guard stopped it)
+                continue
+            lines = read_metrics_lines(self.root / member.name / "metrics.jsonl")
+            epochs = [e for line in lines if (e := json.loads(line).get("epoch", 0)) <= epoch]
+            last = max(epochs, default=0)
+            if last < epoch:
+                raise RunDirError(
+                    f"cannot resume {str(self.root)!r}: member {member.name}'s metrics.jsonl "
+                    f"has its records to epoch {last}, not to its group's checkpoint of epoch "
+                    f"{epoch} (its directory was deleted or edited); put the member's directory "
+                    "back, or start the sweep over (delete the directory or choose another name=)"
+                )
 
     def _run_group(
         self,
@@ -496,6 +563,10 @@ class SweepDriver:
                 "name": member.name,
                 "status": "non_finite" if run.status == "non_finite" else status,
                 "final_eval_return": run.final_eval,
+                "final_eval_return_std": run.final_eval_std,
+                "final_eval_return_iqm": run.final_eval_iqm,
+                "eval_episodes": engine.eval_episodes,
+                "eval_policy": "deterministic" if engine.eval_deterministic else "stochastic",
                 "epochs": run.epochs,
                 "env_steps": run.epochs * engine.steps_per_epoch,
                 "requested_env_steps": member.cfg.total_env_steps,

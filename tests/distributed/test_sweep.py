@@ -136,6 +136,14 @@ def test_sweep_csv_table_and_summary(swept):
     assert stored["env_steps"] == 8 * 256 and stored["steps_per_second"] > 0
     member_cfg = jre.load_config(root / rows[5]["member"] / "config.yaml")
     assert (member_cfg.seed, member_cfg.algo.lr, member_cfg.name) == (1, 1e-3, rows[5]["member"])
+    # A member's summary reports its final evaluation as a train's does.
+    member = root / rows[5]["member"]
+    last = [r for r in records(member) if "evaluate/episode_return" in r][-1]
+    own = json.loads((member / "summary.json").read_text())
+    for key in ("", "_std", "_iqm"):
+        assert own[f"final_eval_return{key}"] == last[f"evaluate/episode_return{key}"]
+    assert own["eval_episodes"] == (member_cfg.eval.episodes or member_cfg.eval.num_envs)
+    assert own["eval_policy"] == "deterministic"
 
 
 def test_training_a_members_config_yaml_does_not_write_into_the_sweep(swept):
@@ -186,6 +194,36 @@ def test_resume_equals_the_uninterrupted_sweep(swept, tmp_path):
     assert {k: v for k, v in again.items() if k != "table"} == json.loads(stored)
 
 
+def test_a_resume_refuses_a_member_whose_records_are_gone_and_a_new_grid_clears_the_old(
+    tmp_path,
+):
+    cfg = small_config(*SWEEP, "name=lost", tmp_path=tmp_path)
+    root = tmp_path / "lost"
+    jre.sweep(cfg, seeds=[0, 1], grid={"algo.lr": [3e-4]}, num_epochs=2)
+    gone, kept = members_of(root)
+    before = (kept / "metrics.jsonl").read_text()
+    (gone / "metrics.jsonl").unlink()  # (its directory deleted or cut short)
+    with pytest.raises(
+        RunDirError,
+        match=rf"member {gone.name}'s metrics.jsonl has its records "
+        "to epoch 0, not to its group's checkpoint of epoch 2",
+    ):
+        jre.resume_sweep(root)
+    assert (kept / "metrics.jsonl").read_text() == before  # nothing written
+    # Another grid over the finished sweep: the old members and their group go, not only
+    # the members of the new plan.
+    (gone / "metrics.jsonl").write_text("")
+    finished = small_config(*SWEEP, "name=done", tmp_path=tmp_path)
+    jre.sweep(finished, seeds=[0], grid={"algo.num_steps": [16, 32]}, split_static=True)
+    jre.sweep(finished, seeds=[0], grid={"algo.lr": [1e-3]})
+    done = tmp_path / "done"
+    assert sorted(p.name for p in done.iterdir() if p.is_dir()) == [
+        "checkpoints",
+        "seed0_algo.lr=0.001",
+    ]
+    assert [p.name for p in (done / "checkpoints").iterdir()] == ["group0"]
+
+
 def test_a_static_key_in_the_grid_is_refused_naming_it(tmp_path):
     cfg = small_config(tmp_path=tmp_path)
     with pytest.raises(jre.ConfigError, match=r"'algo\.num_steps': static") as e:
@@ -201,6 +239,8 @@ def test_a_static_key_in_the_grid_is_refused_naming_it(tmp_path):
             plan_sweep(cfg, [0], {key: [1, 2]})
     with pytest.raises(jre.ConfigError, match="repeats a value"):
         plan_sweep(cfg, [0], {"algo.lr": [1e-3, 1e-3]})
+    with pytest.raises(jre.ConfigError, match=r"algo\.gamma: 1 and 1\.0 are one value"):
+        plan_sweep(cfg, [0], {"algo.gamma": [1, 1.0]})  # (one member trained twice)
     with pytest.raises(jre.ConfigError, match=r"'env\.suite'.*host"):
         plan_sweep(small_config("env.suite=gymnasium", "env.id=CartPole-v1"), [0])
     with pytest.raises(jre.ConfigError, match="'offload'"):
