@@ -69,7 +69,7 @@ DQN_STEPS = ["total_env_steps=30000"]
 
 def build(config: str, overrides: list[str], steps: list[str], root: Path, i: int):
     cfg = jre.load_config(
-        CONFIGS / config, [*COMMON, *steps, *overrides, f"run_dir={root}", f"name=v{i}"]
+        CONFIGS / config, [*COMMON, *steps, *overrides, f"run_dir={root}", f"name={config[:3]}{i}"]
     )
     return jre.build(cfg)
 

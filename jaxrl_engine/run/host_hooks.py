@@ -158,16 +158,21 @@ class HostHook:
         pass
 
 
-def _take_evaluation(run: RunInfo, record: Record) -> None:
-    """The summary's final evaluation: mean, std and IQM of `record`'s episode returns."""
+def evaluation_of(record: Record) -> tuple[float, float, float]:
+    """A summary's final evaluation from an evaluation record: the mean, std and IQM of its
+    episode returns (NaN for what it lacks)."""
 
     def number(key: str) -> float:
         value = record.get(key)
         return float(value) if isinstance(value, int | float) else float("nan")
 
-    run.final_eval = number("evaluate/episode_return")
-    run.final_eval_std = number("evaluate/episode_return_std")
-    run.final_eval_iqm = number("evaluate/episode_return_iqm")
+    keys = ("evaluate/episode_return", "evaluate/episode_return_std", "evaluate/episode_return_iqm")
+    mean, std, iqm = (number(k) for k in keys)
+    return mean, std, iqm
+
+
+def _take_evaluation(run: RunInfo, record: Record) -> None:
+    run.final_eval, run.final_eval_std, run.final_eval_iqm = evaluation_of(record)
 
 
 class Logging(HostHook):

@@ -44,7 +44,7 @@ from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import SPEC_FILE, RunDirError, atomic_write, strict_json
 from jaxrl_engine.io.plot import sweep_members
 from jaxrl_engine.run.driver import TrainingInterrupted
-from jaxrl_engine.run.host_hooks import eval_text
+from jaxrl_engine.run.host_hooks import eval_text, evaluation_of
 from jaxrl_engine.run.run_dir import (
     LOCK_FILE,
     RunDir,
@@ -104,14 +104,7 @@ class MemberRun:
 
     def _take_evaluation(self, record: dict[str, Any]) -> None:
         """The summary's final evaluation, as a train's: mean, std and IQM over episodes."""
-
-        def number(key: str) -> float:
-            value = record.get(key)
-            return float(value) if isinstance(value, int | float) else float("nan")
-
-        self.final_eval = number("evaluate/episode_return")
-        self.final_eval_std = number("evaluate/episode_return_std")
-        self.final_eval_iqm = number("evaluate/episode_return_iqm")
+        self.final_eval, self.final_eval_std, self.final_eval_iqm = evaluation_of(record)
 
 
 def _remove_if_empty(path: Path) -> None:
