@@ -460,7 +460,8 @@ def _eval(args: argparse.Namespace) -> int:
     except ValueError as e:  # ConfigError, ExportError, CheckpointError are ValueErrors
         return _fail(str(e), EXIT_BAD_INPUT)
     print(
-        f"{stats['env_id']}: {stats['episodes']} episodes, return {stats['return_mean']:.2f} "
+        f"{stats['env_id']}: {stats['episodes']} episodes of the deterministic policy, return "
+        f"{stats['return_mean']:.2f} "
         f"+- {stats['return_std']:.2f} (min {stats['return_min']:.2f}, median "
         f"{stats['return_median']:.2f}, max {stats['return_max']:.2f}), "
         f"length {stats['length_mean']:.1f}"

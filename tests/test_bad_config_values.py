@@ -129,13 +129,14 @@ ACTION_SPACE_CASES = {
     "sac on CartPole": (
         ["algo.name=sac"],
         "algo.name=sac needs a continuous action space; env.id=CartPole-v1 has 2 discrete "
-        "actions (use ppo or dqn)",
+        "actions (use ppo or dqn; for your own env given to jre.build(cfg, env=...), set env.id "
+        "to a gymnax id with continuous actions, e.g. Pendulum-v1",
     ),
     "td3 on Acrobot": (["algo.name=td3", "env.id=Acrobot-v1"], "has 3 discrete actions"),
     "dqn on Pendulum": (
         ["algo.name=dqn", "env.id=Pendulum-v1"],
         "algo.name=dqn needs a discrete action space; env.id=Pendulum-v1 has a continuous "
-        "action space of shape (1,) (use ppo, sac or td3)",
+        "action space of shape (1,) (use ppo, sac or td3;",
     ),
 }
 

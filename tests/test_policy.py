@@ -41,6 +41,7 @@ def test_policy_from_a_run_directory_acts_like_the_trained_one(trained):
     for checkpoint in (False, True):  # the exported params, or the latest checkpoint's
         policy = jre.make_policy(run_dir, checkpoint=checkpoint)
         np.testing.assert_array_equal(np.asarray(jax.jit(policy)(obs)), want)
+        assert np.asarray(policy(obs[:0])).shape == (0, *want.shape[1:])  # an empty batch
 
 
 def test_a_stochastic_policy_needs_a_key_and_samples(trained):

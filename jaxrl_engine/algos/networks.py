@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -26,7 +27,8 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
-        x = x.reshape((x.shape[0], -1))  # [batch, *obs_shape] -> [batch, features]
+        # [batch, *obs_shape] -> [batch, features] (named: an empty batch has no -1)
+        x = x.reshape((x.shape[0], math.prod(x.shape[1:])))
         for width in self.hidden_sizes:
             x = act(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)

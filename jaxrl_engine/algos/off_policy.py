@@ -249,8 +249,17 @@ class Replay:
 
 
 def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) of a continuous action space, f32[*action_shape]."""
+    """(low, high) of a continuous action space, f32[*action_shape]; finite (SAC and TD3
+    scale their [-1, 1] actions into them)."""
     shape = spec.action.shape
-    low = np.asarray(spec.action.low, np.float32).reshape(shape)
-    high = np.asarray(spec.action.high, np.float32).reshape(shape)
-    return low, high
+    low = np.asarray(spec.action.low, np.float64).reshape(shape)
+    high = np.asarray(spec.action.high, np.float64).reshape(shape)
+    big = np.finfo(np.float32).max
+    if not (np.all(np.abs(low) <= big) and np.all(np.abs(high) <= big)):
+        raise ValueError(
+            f"env {spec.env_id!r}: action bounds low={tuple(low.ravel().tolist())}, "
+            f"high={tuple(high.ravel().tolist())} are not finite: SAC and TD3 scale their "
+            "actions into the env's bounds; give the env finite bounds (or train it with PPO, "
+            "whose Gaussian needs none)"
+        )
+    return low.astype(np.float32), high.astype(np.float32)

@@ -258,7 +258,8 @@ def _warn_long_evaluation(engine: Engine) -> None:
             f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} rounds of "
             f"{engine.eval_envs} envs x up to {max_steps} steps) against {between:,} training "
             "env steps between evaluations; it is one compiled call (a first SIGINT waits for "
-            "it): lower eval.episodes or raise eval.num_envs",
+            "it): lower eval.episodes, or the episode limit (the env's max_episode_steps, "
+            f"{max_steps:,}: a JAX env's evaluation steps every episode to it, ended or not)",
             stacklevel=3,
         )
 

@@ -125,9 +125,16 @@ class NonFiniteError(FloatingPointError):
     def __init__(self, phase: str, quantity: str, epoch: int):
         self.phase, self.quantity, self.epoch = phase, quantity, epoch
         self.summary: dict[str, Any] | None = None  # the run's summary, when a driver stopped
+        advice = (
+            "check the env's rewards and observations for the actions it was given (a policy "
+            "whose params went non-finite in training acts with NaN too: then lower the "
+            "learning rate)"
+            if phase == "rollout"
+            else "lower the learning rate, enable observation/reward normalisation, or check "
+            "the env"
+        )
         super().__init__(
-            f"non-finite value in phase '{phase}', quantity '{quantity}', epoch {epoch}: "
-            "lower the learning rate, enable observation/reward normalisation, or check the env"
+            f"non-finite value in phase '{phase}', quantity '{quantity}', epoch {epoch}: {advice}"
         )
 
 

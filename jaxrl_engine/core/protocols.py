@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Metrics = dict[str, jax.Array]
 
@@ -33,6 +34,33 @@ class ActionSpec:
 
     def __post_init__(self) -> None:  # a list given for the shape is taken as a tuple
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if self.num_actions is not None and int(self.num_actions) < 1:
+            raise ValueError(f"ActionSpec: num_actions={self.num_actions}: at least 1")
+        if self.num_actions is not None or self.low is None or self.high is None:
+            return
+        # Continuous bounds: one value per action dimension (a scalar is every dimension's),
+        # kept flat; bounds that would clip every action to one value are refused.
+        size = int(np.prod(self.shape))
+        bounds = []
+        for name, value in (("low", self.low), ("high", self.high)):
+            flat = np.ravel(np.asarray(value, np.float64))
+            if flat.size not in (1, size):
+                raise ValueError(
+                    f"ActionSpec: {name} has {flat.size} values for the action shape "
+                    f"{self.shape} ({size}): give one per dimension, or one for all"
+                )
+            if np.isnan(flat).any():
+                raise ValueError(f"ActionSpec: {name} {tuple(flat.tolist())} holds NaN")
+            bounds.append(np.broadcast_to(flat, (size,)))
+        low, high = bounds
+        if (low > high).any():
+            i = int(np.argmax(low > high))
+            raise ValueError(
+                f"ActionSpec: low[{i}]={low[i]:g} > high[{i}]={high[i]:g}: every action would "
+                "be clipped to one value (are low and high swapped?)"
+            )
+        object.__setattr__(self, "low", tuple(low.tolist()))
+        object.__setattr__(self, "high", tuple(high.tolist()))
 
     @property
     def discrete(self) -> bool:

@@ -130,6 +130,8 @@ def evaluate_run(run_dir: str | Path, episodes: int = 100, seed: int = 0) -> dic
         "env_id": env.id_of(env_params) if cfg.env.host else cfg.env.id,
         "episodes": episodes,
         "seed": seed,
+        # the exported policy acts greedily, whatever eval.deterministic the run trained with
+        "eval_policy": "deterministic",
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
         "return_min": float(returns.min()),

@@ -41,7 +41,14 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
     def act(params: dict[str, Any], obs: Any) -> Any:
         """obs: [batch, *obs_shape] -> action: [batch, *action_shape] (a jax.Array)."""
         obs = np.asarray(obs, obs_dtype)
-        if obs.ndim and obs.shape[0] == 0:  # (the graph's batch dimension is >= 1)
+        want = tuple(meta["obs_shape"])
+        if obs.shape[1:] != want or obs.ndim != len(want) + 1:
+            one = " (one observation: obs[None])" if obs.shape == want else ""
+            raise ValueError(
+                f"act(params, obs): obs has shape {list(obs.shape)}, this policy takes "
+                f"[batch, {', '.join(map(str, want))}]{one}"
+            )
+        if obs.shape[0] == 0:  # (the graph's batch dimension is >= 1)
             return no_actions
         return exported.call(params, obs)
 

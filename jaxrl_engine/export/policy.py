@@ -15,7 +15,8 @@
                    on the universal path too, which has no `jax.export` form
 
 Why `jax.export` for the JAX path rather than generated Python: the artefact is the very graph
-the engine acts with (the same discrete actions; continuous ones equal to float32 rounding), for
+the engine acts with (the same discrete actions for the same observations, but for an argmax
+at a near-tie; continuous ones equal to float32 rounding), for
 any algorithm whose `act` is JAX (PPO, DQN, SAC, torch fast-path policies) without
 per-architecture code, and it runs on jax alone. Its limits: StableHLO artefacts load in jax
 releases for at least 6 months after (jax's compatibility guarantee), and a policy acting

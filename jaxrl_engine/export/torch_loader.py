@@ -51,10 +51,17 @@ class Policy(nn.Module):
             self.register_buffer("high", torch.tensor(spec["high"]).reshape(spec["action_shape"]))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        want = tuple(self.spec["obs_shape"])
+        if tuple(obs.shape[1:]) != want or obs.dim() != len(want) + 1:
+            one = " (one observation: obs[None])" if tuple(obs.shape) == want else ""
+            raise ValueError(
+                f"policy(obs): obs has shape {list(obs.shape)}, this policy takes "
+                f"[batch, {', '.join(map(str, want))}]{one}"
+            )
         x = obs.to(torch.float32)
         if self.spec["normalize_obs"]:
             x = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8), -10.0, 10.0)
-        x = x.reshape(x.shape[0], -1)
+        x = x.reshape(x.shape[0], self.spec["in_features"])
         for i, layer in enumerate(self.layers):
             x = layer(x)
             if i < len(self.layers) - 1:

@@ -483,7 +483,7 @@ class Config(Strict):
             params = GymnaxEnv.with_params(env.params, self.env.params, key="env.params")
             GymnaxEnv.with_params(env.params, self.eval.env_params, key="eval.env_params")
             spec = env.spec(params)
-        _check_action_space(self.algo, self.env.id, spec.action)
+        _check_action_space(self.algo, self.env.id, spec.action, self.env.suite)
         if hasattr(self.algo, "check_observations"):  # e.g. algo.torso=cnn on non-images
             self.algo.check_observations(spec)
         import numpy as np
@@ -516,7 +516,7 @@ def folder_name(value: str) -> str:
     return value
 
 
-def _check_action_space(algo: Any, env_id: str, action: Any) -> None:
+def _check_action_space(algo: Any, env_id: str, action: Any, suite: str) -> None:
     """ValueError when the algorithm's `action_space` ("discrete", "continuous" or "any") does
     not fit the env's actions; the message lists the algorithms that do."""
     kind = "discrete" if action.discrete else "continuous"
@@ -530,8 +530,16 @@ def _check_action_space(algo: Any, env_id: str, action: Any) -> None:
         else f"a continuous action space of shape {action.shape}"
     )
     use = f"{', '.join(fits[:-1])} or {fits[-1]}" if len(fits) > 1 else "".join(fits)
+    own = ""
+    if suite == "gymnax":
+        example = "Pendulum-v1" if needs == "continuous" else "CartPole-v1"
+        own = (
+            "; for your own env given to jre.build(cfg, env=...), set env.id to a gymnax id "
+            f"with {needs} actions, e.g. {example}: the config is validated against env.id"
+        )
     raise ValueError(
-        f"algo.name={algo.name} needs a {needs} action space; env.id={env_id} has {has} (use {use})"
+        f"algo.name={algo.name} needs a {needs} action space; env.id={env_id} has {has} (use "
+        f"{use}{own})"
     )
 
 

@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.sharding import to_host
 from jaxrl_engine.core.state import EngineState
-from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
+from jaxrl_engine.export.policy import ARTEFACT_FILES, POLICY_DIR, ExportError, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.run.run_dir import RunDir
@@ -433,8 +433,15 @@ class ExportPolicy(HostHook):
     `num_epochs`): what `jaxrl-engine eval` and `export` read.
 
     A policy jax.export cannot serialize (one acting through a host callback) is reported with
-    a warning, not an error: training is done.
+    a warning, not an error: training is done. A resume that trains removes the `policy/` of
+    the state it resumed from first: once it trains on, that policy is no longer the run's (an
+    interrupted resume then has none, as an interrupted run; `export --checkpoint` writes one).
     """
+
+    def start(self, run: RunInfo) -> None:
+        if 0 < run.first < run.total and run.out.writer:
+            for name in ARTEFACT_FILES:
+                (run.out.path / POLICY_DIR / name).unlink(missing_ok=True)
 
     def end(self, run: RunInfo, state: EngineState) -> None:
         if run.status not in ("completed", "paused"):

@@ -208,3 +208,29 @@ def test_cartpoles_derived_params_follow_the_params_they_come_from():
     assert (given.total_mass, given.polemass_length) == (9.0, 1.0)  # as given; 0.5 * 2
     cfg = jre.load_config(None, ["eval.env_params={masspole: 1.0}"])
     assert jre.build(cfg).eval_env_params.total_mass == 2.0
+
+
+def test_continuous_bounds_broadcast_one_value_and_refuse_swapped_or_missized_ones():
+    spec = jre.ActionSpec((3,), jnp.float32, low=-1.0, high=(1.0, 2.0, 3.0))
+    assert spec.low == (-1.0, -1.0, -1.0) and spec.high == (1.0, 2.0, 3.0)
+    assert np.asarray(spec.clip(jnp.full((2, 3), 2.5))).tolist() == [[1.0, 2.0, 2.5]] * 2
+    with pytest.raises(ValueError, match=r"low\[1\]=3 > high\[1\]=1.*swapped"):
+        jre.ActionSpec((2,), jnp.float32, low=(0.0, 3.0), high=1.0)
+    with pytest.raises(ValueError, match=r"low has 2 values for the action shape \(3,\)"):
+        jre.ActionSpec((3,), jnp.float32, low=(0.0, 1.0), high=5.0)
+    with pytest.raises(ValueError, match=r"high .* holds NaN"):
+        jre.ActionSpec((1,), jnp.float32, low=0.0, high=float("nan"))
+
+
+def test_sac_and_td3_refuse_infinite_bounds_that_ppo_takes(cfg):
+    from jaxrl_engine.algos.off_policy import action_bounds
+
+    unbounded = jre.ActionSpec((2,), jnp.float32, low=-np.inf, high=np.inf)
+    spec = jre.EnvSpec("Free", (3,), jnp.float32, unbounded, 10)
+    with pytest.raises(ValueError, match=r"'Free': action bounds .* are not finite: SAC and TD3"):
+        action_bounds(spec)
+    bounded = jre.EnvSpec(
+        "Box", (3,), jnp.float32, jre.ActionSpec((2,), jnp.float32, low=-2, high=2), 10
+    )
+    low, high = action_bounds(bounded)
+    assert low.dtype == np.float32 and high.tolist() == [2.0, 2.0]

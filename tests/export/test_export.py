@@ -71,6 +71,11 @@ JAX_USER = """
     obs = np.load(sys.argv[2])
     np.save(sys.argv[3], np.asarray(act(params, obs)))
     assert act(params, obs[:0]).shape == (0, *act(params, obs[:1]).shape[1:])  # an empty batch
+    try:  # one observation without its batch axis: named, with the fix
+        act(params, obs[0])
+        raise AssertionError("an unbatched observation was taken")
+    except ValueError as e:
+        assert "this policy takes [batch, " in str(e) and "obs[None]" in str(e), e
     training = ("jaxrl_engine", "flax", "optax", "gymnax")
     print(sorted(m for m in sys.modules if m.split(".")[0] in training))
 """
@@ -84,7 +89,14 @@ TORCH_USER = """
 
     policy = torch_policy.load()
     with torch.no_grad():
-        action = policy(torch.from_numpy(np.load(sys.argv[2])))
+        obs = torch.from_numpy(np.load(sys.argv[2]))
+        action = policy(obs)
+        assert policy(obs[:0]).shape == (0, *action.shape[1:])  # an empty batch
+        try:  # one observation without its batch axis: named, with the fix
+            policy(obs[0])
+            raise AssertionError("an unbatched observation was taken")
+        except ValueError as e:
+            assert "this policy takes [batch, " in str(e) and "obs[None]" in str(e), e
     np.save(sys.argv[3], action.numpy())
     print(sorted(m for m in sys.modules if m.split(".")[0] in ("jaxrl_engine", "jax", "flax")))
 """

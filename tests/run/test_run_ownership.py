@@ -388,3 +388,16 @@ def test_a_resume_refuses_changes_that_would_change_what_the_params_compute(
     after = snapshot(run_copy)
     after.pop(LOCK_FILE, None), before.pop(LOCK_FILE, None)
     assert after == before
+
+
+def test_a_resume_that_trains_on_removes_the_policy_of_the_state_it_resumed_from(run_copy):
+    class Boom(jre.HostHook):  # the resume fails after its first chunk (as an interrupt would)
+        def after_chunk(self, run, state):
+            raise RuntimeError("stopped")
+
+    assert (run_copy / "policy" / "params.npz").is_file()  # the finished run's, epoch 4
+    engine, state = jre.resume(run_copy, ["total_env_steps=384"], host_hooks=[Boom()])
+    with pytest.raises(RuntimeError, match="stopped"):
+        engine.run(state)
+    # The epoch-4 policy is not the run's any more: none, as after an interrupted run.
+    assert not any((run_copy / "policy").glob("*"))
