@@ -24,7 +24,7 @@ from jaxrl_engine.core.hooks import Hook
 from jaxrl_engine.core.memory import StateTooLargeError
 from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
 from jaxrl_engine.core.sharding import data_mesh
-from jaxrl_engine.core.state import EngineState, Metrics, Phase
+from jaxrl_engine.core.state import EngineState, Metrics, Phase, hparams_arrays
 from jaxrl_engine.core.train import make_train as make_engine_train
 from jaxrl_engine.core.warm_up import check_env_methods
 from jaxrl_engine.distributed.mesh import sweep_mesh, train_mesh
@@ -415,7 +415,9 @@ def resume(
                 )
         engine = build(cfg, **build_kwargs)
         resolved = cfg.model_dump(mode="json")
-        state, info = checkpoints.restore(engine, info.epoch, config=resolved)
+        state, info = checkpoints.restore(
+            engine, info.epoch, config=resolved, hparams=hparams_arrays(engine.hparams)
+        )
     finally:
         checkpoints.close()
     state = engine.with_hparams(state, engine.hparams)

@@ -24,7 +24,7 @@ from jaxrl_engine.compose import (
     sweep_member,
 )
 from jaxrl_engine.core.engine import Engine
-from jaxrl_engine.core.state import EngineState
+from jaxrl_engine.core.state import EngineState, hparams_arrays
 from jaxrl_engine.export.policy import (
     POLICY_DIR,
     ExportError,
@@ -61,7 +61,7 @@ def batch_of_observations(obs: Any, obs_shape: Sequence[Any]) -> jax.Array:
         one = " (one observation: obs[None])" if obs.shape == want else ""
         raise ValueError(
             f"policy(obs): obs has shape {list(obs.shape)}, this policy takes "
-            f"[batch, {', '.join(map(str, want))}]{one}"
+            f"[batch{''.join(f', {d}' for d in want)}]{one}"
         )
     return obs
 
@@ -122,7 +122,12 @@ def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineSt
             raw, _overrides(factory), source=f"checkpoint {str(info.path)!r}", how=FACTORY_HINT
         )
         engine = build(cfg)
-        state, _ = checkpoints.restore(engine, info.epoch, config=cfg.model_dump(mode="json"))
+        state, _ = checkpoints.restore(
+            engine,
+            info.epoch,
+            config=cfg.model_dump(mode="json"),
+            hparams=hparams_arrays(engine.hparams),
+        )
     finally:
         checkpoints.close()
     return engine, state

@@ -148,7 +148,7 @@ class Replay:
     def priority_beta(self, env_steps: jax.Array, hp: Any) -> jax.Array:
         """f32[]: the importance-weight exponent, linear from `priority_beta` at env step 0
         to `priority_beta_end` at the run's last env step (Schaul et al. 2016 anneal to 1)."""
-        total = max(1, self.num_epochs * self.num_steps * self.num_envs)
+        total = float(max(1, self.num_epochs * self.num_steps * self.num_envs))
         frac = jnp.clip(env_steps / total, 0.0, 1.0)
         beta = hp.priority_beta + frac * (hp.priority_beta_end - hp.priority_beta)
         return jnp.asarray(beta, jnp.float32)
@@ -254,12 +254,14 @@ def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     shape = spec.action.shape
     low = np.asarray(spec.action.low, np.float64).reshape(shape)
     high = np.asarray(spec.action.high, np.float64).reshape(shape)
-    big = np.finfo(np.float32).max
-    if not (np.all(np.abs(low) <= big) and np.all(np.abs(high) <= big)):
+    with np.errstate(over="ignore", invalid="ignore"):  # (inf is what is checked for)
+        low32, high32 = low.astype(np.float32), high.astype(np.float32)
+        span = high32 - low32
+    if not (np.isfinite(low32).all() and np.isfinite(high32).all() and np.isfinite(span).all()):
         raise ValueError(
             f"env {spec.env_id!r}: action bounds low={tuple(low.ravel().tolist())}, "
-            f"high={tuple(high.ravel().tolist())} are not finite: SAC and TD3 scale their "
+            f"high={tuple(high.ravel().tolist())} are not finite in float32: SAC and TD3 scale their "
             "actions into the env's bounds; give the env finite bounds (or train it with PPO, "
             "whose Gaussian needs none)"
         )
-    return low.astype(np.float32), high.astype(np.float32)
+    return low32, high32

@@ -318,11 +318,15 @@ class SweepPrograms:
         }
         self._compiled: dict[str, Any] = {}
 
+    @staticmethod
+    def stacked_hparams(hparams: Iterable[Any]) -> Any:
+        """The members' hyperparameters as one pytree of arrays `[members, ...]`."""
+        return jax.tree.map(lambda *x: jnp.stack(x), *[hparams_arrays(hp) for hp in hparams])
+
     def init(self, seeds: Sequence[int], hparams: Iterable[Any]) -> EngineState:
         """The members' fresh states: `engine.init(jax.random.key(seed), hparams)` each."""
         keys = jnp.stack([jax.random.key(seed) for seed in seeds])
-        stacked = jax.tree.map(lambda *x: jnp.stack(x), *[hparams_arrays(hp) for hp in hparams])
-        return self._init(keys, stacked)  # type: ignore[no-any-return]
+        return self._init(keys, self.stacked_hparams(hparams))  # type: ignore[no-any-return]
 
     def compile(self) -> float:
         """AOT-compile the chunk and evaluate (once); returns the seconds it took."""

@@ -46,7 +46,7 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
             one = " (one observation: obs[None])" if obs.shape == want else ""
             raise ValueError(
                 f"act(params, obs): obs has shape {list(obs.shape)}, this policy takes "
-                f"[batch, {', '.join(map(str, want))}]{one}"
+                f"[batch{''.join(f', {d}' for d in want)}]{one}"
             )
         if obs.shape[0] == 0:  # (the graph's batch dimension is >= 1)
             return no_actions

@@ -56,7 +56,7 @@ class Policy(nn.Module):
             one = " (one observation: obs[None])" if tuple(obs.shape) == want else ""
             raise ValueError(
                 f"policy(obs): obs has shape {list(obs.shape)}, this policy takes "
-                f"[batch, {', '.join(map(str, want))}]{one}"
+                f"[batch{''.join(f', {d}' for d in want)}]{one}"
             )
         x = obs.to(torch.float32)
         if self.spec["normalize_obs"]:

@@ -46,7 +46,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -503,12 +503,18 @@ class Checkpointer:
         return epoch
 
     def check_compatible(
-        self, info: CheckpointInfo, engine: StateLayout, config: dict[str, Any] | None = None
+        self,
+        info: CheckpointInfo,
+        engine: StateLayout,
+        config: dict[str, Any] | None = None,
+        fillable: Iterable[str] = (),
     ) -> None:
         """Refuse a checkpoint whose leaves differ (path, shape, dtype) from the engine's state.
 
         config: the resolved config the engine was built from (default: its driver's); its
-        differences from the checkpoint's are named in the message."""
+        differences from the checkpoint's are named in the message. fillable: paths of leaves
+        the checkpoint may lack (hyperparameters added since it was written)."""
+        fillable = set(fillable)
         if config is None and hasattr(getattr(engine, "driver", None), "cfg"):
             config = engine.driver.cfg.model_dump(mode="json")  # type: ignore[attr-defined]
         problem = other_algorithm(
@@ -523,6 +529,8 @@ class Checkpointer:
         expected_by_path = {leaf["path"]: leaf for leaf in expected}
         for leaf in expected:
             old = stored_by_path.get(leaf["path"])
+            if old is None and leaf["path"] in fillable:
+                continue
             if old is None:
                 problems.append(f"{leaf['path']} is not in the checkpoint")
             elif (old["shape"], old["dtype"]) != (leaf["shape"], leaf["dtype"]):
@@ -560,9 +568,17 @@ class Checkpointer:
             )
 
     def restore(
-        self, engine: StateLayout, epoch: int | None = None, config: dict[str, Any] | None = None
+        self,
+        engine: StateLayout,
+        epoch: int | None = None,
+        config: dict[str, Any] | None = None,
+        hparams: Any = None,
     ) -> tuple[EngineState, CheckpointInfo]:
         """The saved state (default: latest) placed with `engine.state_sharding`, and its info.
+
+        hparams: values of the state's `hparams` (its shapes) for the hyperparameters a
+        checkpoint written before they existed lacks (e.g. `priority_beta_end`): those are
+        taken from here, with a warning; the others are the checkpoint's.
 
         Raises `CheckpointError` when there is none, when it was written for another state
         layout (a config that changes shapes), or when it is corrupted or edited (unreadable
@@ -570,7 +586,23 @@ class Checkpointer:
         """
         ocp = self._ocp
         info = self.info(epoch)
-        self.check_compatible(info, engine, config)
+        fill: dict[str, Any] = {}
+        if hparams is not None:
+            with_values = engine.state_shape.replace(hparams=hparams)  # type: ignore[attr-defined]
+            for path, value in jax.tree_util.tree_flatten_with_path(with_values)[0]:
+                name = jax.tree_util.keystr(path)
+                if name.startswith(".hparams.") and not isinstance(value, jax.ShapeDtypeStruct):
+                    fill[name] = value
+        have = {leaf["path"] for leaf in info.leaves}
+        fill = {k: v for k, v in fill.items() if k not in have}
+        self.check_compatible(info, engine, config, fillable=fill)
+        if fill:
+            names = ", ".join(k.removeprefix(".hparams.") for k in sorted(fill))
+            warnings.warn(
+                f"checkpoint {str(info.path)!r} predates the hyperparameters {names}: they take "
+                "this config's values",
+                stacklevel=2,
+            )
         now = _threefry_partitionable()
         if info.threefry_partitionable not in (None, now):
             warnings.warn(
@@ -583,15 +615,20 @@ class Checkpointer:
             )
         shapes, treedef = jax.tree.flatten(engine.state_shape)
         shardings = jax.tree.leaves(engine.state_sharding)
+        paths = [leaf["path"] for leaf in layout(engine.state_shape)]
         # Stored leaves are matched to the engine's by path (check_compatible made them agree).
         index = {leaf["path"]: i for i, leaf in enumerate(info.leaves)}
-        wanted = [index[leaf["path"]] for leaf in layout(engine.state_shape)]
+        wanted = [index[p] for p in paths if p not in fill]
         stored = [info.leaves[i] for i in wanted]
         target = {
             _item_name(i): jax.ShapeDtypeStruct(
                 tuple(info.leaves[i]["shape"]), np.dtype(info.leaves[i]["dtype"]), sharding=s
             )
-            for i, s in zip(wanted, shardings, strict=True)
+            for i, s in zip(
+                wanted,
+                [s for p, s in zip(paths, shardings, strict=True) if p not in fill],
+                strict=True,
+            )
         }
         try:
             with _quiet_failures():
@@ -604,8 +641,14 @@ class Checkpointer:
                 f"checkpoint {str(info.path)!r} is corrupted or incomplete: its arrays cannot be "
                 f"read ({_first_line(e)}); {self._fallback_hint(info.epoch)}"
             ) from None
+        found = iter(zip(stored, arrays, strict=True))
         leaves = []
-        for leaf, array, shape in zip(stored, arrays, shapes, strict=True):
+        for path, shape, sharding in zip(paths, shapes, shardings, strict=True):
+            if path in fill:
+                value = np.asarray(fill[path], np.dtype(shape.dtype)).reshape(shape.shape)
+                leaves.append(jax.device_put(value, sharding))
+                continue
+            leaf, array = next(found)
             problem = _crc_problem(leaf, array)
             if problem:
                 raise CheckpointError(

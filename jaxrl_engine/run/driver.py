@@ -37,7 +37,14 @@ from jaxrl_engine.core.state import EngineState, Metrics
 from jaxrl_engine.distributed.multihost import check_same_config
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
 from jaxrl_engine.io.files import SPEC_FILE, RunDirError, check_no_symlinks, check_run_entries
-from jaxrl_engine.run.host_hooks import HostHook, Record, RunInfo, Summary, default_host_hooks
+from jaxrl_engine.run.host_hooks import (
+    ExportPolicy,
+    HostHook,
+    Record,
+    RunInfo,
+    Summary,
+    default_host_hooks,
+)
 from jaxrl_engine.run.overlap import overlap_phases, overlapped_epochs
 from jaxrl_engine.run.run_dir import (
     RunDir,
@@ -154,6 +161,9 @@ def _summary_of_failure(
         if isinstance(hook, Summary):
             with contextlib.suppress(Exception):
                 hook.end(run, state)
+        if isinstance(hook, ExportPolicy):  # (no export; the old policy is not the run's)
+            with contextlib.suppress(Exception):
+                hook.remove_stale(run)
 
 
 def placed_as(state: EngineState, sharding: Any) -> EngineState:

@@ -433,18 +433,25 @@ class ExportPolicy(HostHook):
     `num_epochs`): what `jaxrl-engine eval` and `export` read.
 
     A policy jax.export cannot serialize (one acting through a host callback) is reported with
-    a warning, not an error: training is done. A resume that trains removes the `policy/` of
-    the state it resumed from first: once it trains on, that policy is no longer the run's (an
-    interrupted resume then has none, as an interrupted run; `export --checkpoint` writes one).
+    a warning, not an error: training is done. A resume removes the `policy/` of the state it
+    resumed from once it has trained an epoch past it (after that chunk): that policy is no
+    longer the run's (an interrupted resume then has none, as an interrupted run; `export
+    --checkpoint` writes one). A resume that fails before training keeps it.
     """
 
-    def start(self, run: RunInfo) -> None:
-        if 0 < run.first < run.total and run.out.writer:
+    def after_chunk(self, run: RunInfo, state: EngineState) -> None:
+        self.remove_stale(run)
+
+    @staticmethod
+    def remove_stale(run: RunInfo) -> None:
+        """The `policy/` of the state a resume started from, once it trained past it."""
+        if 0 < run.first < run.done and run.out.writer:
             for name in ARTEFACT_FILES:
                 (run.out.path / POLICY_DIR / name).unlink(missing_ok=True)
 
     def end(self, run: RunInfo, state: EngineState) -> None:
         if run.status not in ("completed", "paused"):
+            self.remove_stale(run)  # (a hook before this one may have failed its chunk)
             return
         params = to_host(state.eval_params)  # (every process: a gather is collective)
         if not run.out.writer:

@@ -271,11 +271,25 @@ class SweepDriver:
         # The finished sweep's own members and groups too (another grid: other names), as
         # its sweep.csv and checkpoint folders list them, so none is left looking like ours.
         labels = {g.label for g in self.groups}
-        held += [
+        others = [
             Checkpointer(d)
             for d in sorted((self.root / "checkpoints").glob("group*"))
             if d.name not in labels and d.is_dir() and not d.is_symlink()
         ]
+        for c in others:  # (the new plan's groups were checked in `_start`)
+            latest = c.latest()
+            if latest is not None and latest < c.info(latest).num_epochs:
+                raise CheckpointError(
+                    f"{str(self.root)!r} holds an unfinished sweep ({c.directory.name}: "
+                    f"checkpoint of epoch {latest} of {c.info(latest).num_epochs}): continue it "
+                    f"with `jaxrl-engine sweep --resume {self.root}` (in Python: "
+                    "`jre.resume_sweep(path)`), or delete the directory (or choose another "
+                    "name=) to start over"
+                )
+        held += [c for c in others if c.latest() is not None]
+        for c in others:
+            if c not in held:
+                c.close()
         known = set(members)
         members += [m for m in sweep_members(self.root) or [] if m not in known]
         if not held and not any((m / "summary.json").exists() for m in members):
@@ -342,8 +356,9 @@ class SweepDriver:
             if member.name in failed:  # (its records end where nan_guard stopped it)
                 continue
             lines = read_metrics_lines(self.root / member.name / "metrics.jsonl")
-            epochs = [e for line in lines if (e := json.loads(line).get("epoch", 0)) <= epoch]
-            last = max(epochs, default=0)
+            records = [json.loads(line) for line in lines]
+            epochs = [r.get("epoch") if isinstance(r, dict) else None for r in records]
+            last = max((e for e in epochs if isinstance(e, int) and e <= epoch), default=0)
             if last < epoch:
                 raise RunDirError(
                     f"cannot resume {str(self.root)!r}: member {member.name}'s metrics.jsonl "
@@ -387,7 +402,14 @@ class SweepDriver:
             for run in runs:
                 run.open(first, failed.get(run.member.name))
             if checkpoints is not None and first > 0:
-                state, _ = checkpoints.restore(programs, first, config=self._meta(group, runs))
+                state, _ = checkpoints.restore(
+                    programs,
+                    first,
+                    config=self._meta(group, runs),
+                    hparams=programs.stacked_hparams(
+                        [m.cfg.algo.hparams(engine.spec) for m in group.members]
+                    ),
+                )
             else:
                 state = programs.init(
                     [m.seed for m in group.members],

@@ -222,13 +222,16 @@ def test_continuous_bounds_broadcast_one_value_and_refuse_swapped_or_missized_on
         jre.ActionSpec((1,), jnp.float32, low=0.0, high=float("nan"))
 
 
-def test_sac_and_td3_refuse_infinite_bounds_that_ppo_takes(cfg):
+def test_sac_and_td3_refuse_bounds_they_cannot_scale_into(cfg):
     from jaxrl_engine.algos.off_policy import action_bounds
 
     unbounded = jre.ActionSpec((2,), jnp.float32, low=-np.inf, high=np.inf)
     spec = jre.EnvSpec("Free", (3,), jnp.float32, unbounded, 10)
-    with pytest.raises(ValueError, match=r"'Free': action bounds .* are not finite: SAC and TD3"):
+    with pytest.raises(ValueError, match=r"'Free': action bounds .* are not finite in float32"):
         action_bounds(spec)
+    huge = jre.ActionSpec((1,), jnp.float32, low=-3e38, high=3e38)  # (high - low overflows)
+    with pytest.raises(ValueError, match="not finite in float32: SAC and TD3"):
+        action_bounds(jre.EnvSpec("Huge", (3,), jnp.float32, huge, 10))
     bounded = jre.EnvSpec(
         "Box", (3,), jnp.float32, jre.ActionSpec((2,), jnp.float32, low=-2, high=2), 10
     )

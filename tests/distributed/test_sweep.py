@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -222,6 +223,14 @@ def test_a_resume_refuses_a_member_whose_records_are_gone_and_a_new_grid_clears_
         "seed0_algo.lr=0.001",
     ]
     assert [p.name for p in (done / "checkpoints").iterdir()] == ["group0"]
+    # ... but an unfinished group of the old sweep is refused, before anything goes.
+    paused = small_config(*SWEEP, "name=paused", "total_env_steps=512", tmp_path=tmp_path)
+    grid = {"algo.num_steps": [16, 32]}
+    jre.sweep(paused, seeds=[0], grid=grid, split_static=True, num_epochs=2)
+    shutil.rmtree(tmp_path / "paused" / "checkpoints" / "group0")  # (only group1 unfinished)
+    with pytest.raises(jre.CheckpointError, match=r"unfinished sweep \(group1: checkpoint of"):
+        jre.sweep(paused, seeds=[0], grid={"algo.lr": [1e-3]})
+    assert (tmp_path / "paused" / "checkpoints" / "group1").is_dir()
 
 
 def test_a_static_key_in_the_grid_is_refused_naming_it(tmp_path):

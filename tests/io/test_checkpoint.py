@@ -345,3 +345,25 @@ def test_a_folder_without_a_checkpoint_in_it_is_named_once_without_orbax_warning
         Checkpointer(tmp_path, read_only=True).info()
     out, err = capfd.readouterr()
     assert "WARNING:absl" not in out + err  # (orbax warned once per listing)
+
+
+def test_a_checkpoint_written_before_a_hyperparameter_existed_resumes_with_the_configs(tmp_path):
+    """DQN's `priority_beta_end` came after checkpoints that lack it: they still resume (the
+    new hyperparameter the config's, with a warning) and export, as a sweep's would."""
+    from typing import NamedTuple
+
+    from tests.algos.test_off_policy import config
+
+    cfg = config("dqn", "algo.priority_beta_end=0.9", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    state = trained(engine, 2)
+    fields = [f for f in type(state.hparams).__dataclass_fields__ if f != "priority_beta_end"]
+    Old = NamedTuple("Old", [(f, jax.Array) for f in fields])  # the layout without it
+    old = state.replace(hparams=Old(*(getattr(state.hparams, f) for f in fields)))
+    run = tmp_path / cfg.name
+    save(Checkpointer(run / "checkpoints"), engine, old)
+    with pytest.warns(UserWarning, match="predates the hyperparameters priority_beta_end"):
+        resumed, restored = jre.resume(run)
+    assert float(restored.hparams.priority_beta_end) == pytest.approx(0.9)
+    assert leaves_bytes(restored.replace(hparams=state.hparams)) == leaves_bytes(state)
+    del resumed
