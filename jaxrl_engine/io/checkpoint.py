@@ -586,15 +586,12 @@ class Checkpointer:
         """
         ocp = self._ocp
         info = self.info(epoch)
-        fill: dict[str, Any] = {}
-        if hparams is not None:
-            with_values = engine.state_shape.replace(hparams=hparams)  # type: ignore[attr-defined]
-            for path, value in jax.tree_util.tree_flatten_with_path(with_values)[0]:
-                name = jax.tree_util.keystr(path)
-                if name.startswith(".hparams.") and not isinstance(value, jax.ShapeDtypeStruct):
-                    fill[name] = value
         have = {leaf["path"] for leaf in info.leaves}
-        fill = {k: v for k, v in fill.items() if k not in have}
+        fill = {
+            name: value
+            for path, value in jax.tree_util.tree_flatten_with_path(hparams)[0]
+            if (name := ".hparams" + jax.tree_util.keystr(path)) not in have
+        }
         self.check_compatible(info, engine, config, fillable=fill)
         if fill:
             names = ", ".join(k.removeprefix(".hparams.") for k in sorted(fill))

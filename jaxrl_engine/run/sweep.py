@@ -262,37 +262,44 @@ class SweepDriver:
             return None
         return Checkpointer(directory, keep=self.cfg.keep_checkpoints)
 
+    def _refuse_unfinished(self, checkpoints: Checkpointer) -> None:
+        """`CheckpointError` when a group's latest checkpoint is before its last epoch."""
+        latest = checkpoints.latest()
+        total = checkpoints.info(latest).num_epochs if latest is not None else 0
+        if latest is not None and latest < total:
+            raise CheckpointError(
+                f"{str(self.root)!r} holds an unfinished sweep ({checkpoints.directory.name}: "
+                f"checkpoint of epoch {latest} of {total}): continue it with `jaxrl-engine "
+                f"sweep --resume {self.root}` (in Python: `jre.resume_sweep(path)`), or delete "
+                "the directory (or choose another name=) to start over"
+            )
+
     def _start_over(self, checkpoints: list[Checkpointer | None]) -> None:
-        """A fresh sweep over a finished one (an unfinished one was refused): every group's
+        """A fresh sweep over a finished one (an unfinished one is refused): every group's
         checkpoints and every member's files go before anything trains, so a sweep stopped
-        before its last group never shows the old sweep's members as its own."""
-        held = [c for c in checkpoints if c is not None and c.latest() is not None]
-        members = [self.root / m.name for g in self.groups for m in g.members]
-        # The finished sweep's own members and groups too (another grid: other names), as
-        # its sweep.csv and checkpoint folders list them, so none is left looking like ours.
+        before its last group never shows the old sweep's members as its own. The old
+        sweep's groups and members that the new plan does not have (another grid: other
+        names), as its checkpoint folders and sweep.csv list them, go too (their folders
+        with them)."""
         labels = {g.label for g in self.groups}
+        planned = [self.root / m.name for g in self.groups for m in g.members]
         others = [
             Checkpointer(d)
             for d in sorted((self.root / "checkpoints").glob("group*"))
             if d.name not in labels and d.is_dir() and not d.is_symlink()
         ]
-        for c in others:  # (the new plan's groups were checked in `_start`)
-            latest = c.latest()
-            if latest is not None and latest < c.info(latest).num_epochs:
-                raise CheckpointError(
-                    f"{str(self.root)!r} holds an unfinished sweep ({c.directory.name}: "
-                    f"checkpoint of epoch {latest} of {c.info(latest).num_epochs}): continue it "
-                    f"with `jaxrl-engine sweep --resume {self.root}` (in Python: "
-                    "`jre.resume_sweep(path)`), or delete the directory (or choose another "
-                    "name=) to start over"
-                )
-        held += [c for c in others if c.latest() is not None]
-        for c in others:
-            if c not in held:
+        try:
+            for c in others:  # (the new plan's own groups were checked in `_start`)
+                self._refuse_unfinished(c)
+        except CheckpointError:
+            for c in others:
                 c.close()
-        known = set(members)
-        members += [m for m in sweep_members(self.root) or [] if m not in known]
-        if not held and not any((m / "summary.json").exists() for m in members):
+            raise
+        held = [c for c in [*checkpoints, *others] if c is not None and c.latest() is not None]
+        old = [m for m in sweep_members(self.root) or [] if m not in planned]
+        if not held and not any((m / "summary.json").exists() for m in [*planned, *old]):
+            for c in others:
+                c.close()
             return
         print(
             f"jaxrl-engine: {self.root} held a finished sweep; starting it over (its metrics, "
@@ -301,14 +308,14 @@ class SweepDriver:
         )
         for c in held:
             c.delete_all()
-            if c.directory.name not in labels:  # (another grid's group: its folder goes too)
-                c.close()
-                _remove_if_empty(c.directory)
+        for c in others:
+            c.close()
+            _remove_if_empty(c.directory)
         if self.primary:
-            for member in members:
+            for member in [*planned, *old]:
                 clear_run_files(member)
-                if member.name not in {m.name for g in self.groups for m in g.members}:
-                    _remove_if_empty(member)
+            for member in old:
+                _remove_if_empty(member)
 
     def _meta(self, group: Group, runs: Sequence[MemberRun] = ()) -> dict[str, Any]:
         """The config a group's checkpoints carry: the sweep, its members, which failed."""
@@ -327,16 +334,10 @@ class SweepDriver:
         latest = checkpoints.latest() if checkpoints is not None else None
         if checkpoints is None or latest is None:
             return 0, {}
-        info = checkpoints.info(latest)
         if not resume:
-            if latest < info.num_epochs:
-                raise CheckpointError(
-                    f"{str(self.root)!r} holds an unfinished sweep ({group.label}: checkpoint of "
-                    f"epoch {latest} of {info.num_epochs}): continue it with `jaxrl-engine sweep "
-                    f"--resume {self.root}` (in Python: `jre.resume_sweep(path)`), or delete the "
-                    "directory (or choose another name=) to start over"
-                )
+            self._refuse_unfinished(checkpoints)
             return 0, {}
+        info = checkpoints.info(latest)
         names = [m.name for m in group.members]
         if info.config.get("members") != names:
             raise CheckpointError(

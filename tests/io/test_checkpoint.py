@@ -363,7 +363,6 @@ def test_a_checkpoint_written_before_a_hyperparameter_existed_resumes_with_the_c
     run = tmp_path / cfg.name
     save(Checkpointer(run / "checkpoints"), engine, old)
     with pytest.warns(UserWarning, match="predates the hyperparameters priority_beta_end"):
-        resumed, restored = jre.resume(run)
+        _, restored = jre.resume(run)
     assert float(restored.hparams.priority_beta_end) == pytest.approx(0.9)
     assert leaves_bytes(restored.replace(hparams=state.hparams)) == leaves_bytes(state)
-    del resumed
