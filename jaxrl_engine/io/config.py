@@ -560,10 +560,66 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...], algo: str = "ppo")
     return sorted(model.model_fields)
 
 
+# Names other libraries give these settings (Stable-Baselines3, CleanRL, PureJaxRL), compared
+# lower-cased without underscores, and this config's keys for them (those valid in the section
+# are suggested; a dotted key is another section's).
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "learningrate": ("lr", "actor_lr", "critic_lr"),
+    "policylr": ("actor_lr",),
+    "qlr": ("critic_lr",),
+    "nsteps": ("num_steps",),
+    "nepochs": ("update_epochs",),
+    "ppoepochs": ("update_epochs",),
+    "nminibatches": ("num_minibatches",),
+    "batchsize": ("num_minibatches",),  # (under ppo: batch_size is DQN's, SAC's and TD3's)
+    "minibatchsize": ("num_minibatches", "batch_size"),
+    "cliprange": ("clip_eps",),
+    "clipcoef": ("clip_eps",),
+    "clipparam": ("clip_eps",),
+    "lam": ("gae_lambda",),
+    "lambda": ("gae_lambda",),
+    "netarch": ("hidden_sizes",),
+    "activationfn": ("activation",),
+    "trainfreq": ("train_ratio",),
+    "gradientsteps": ("train_ratio",),
+    "targetupdatefreq": ("target_update_interval",),
+    "targetnetworkfrequency": ("target_update_interval",),
+    "explorationinitialeps": ("epsilon_start",),
+    "starte": ("epsilon_start",),
+    "explorationfinaleps": ("epsilon_end",),
+    "ende": ("epsilon_end",),
+    "policyfrequency": ("policy_delay",),
+    "targetpolicynoise": ("policy_noise",),
+    "targetnoiseclip": ("noise_clip",),
+    "alpha": ("init_alpha",),
+    "entcoef": ("init_alpha", "autotune"),
+    "nenvs": ("env.num_envs",),
+    "numenvs": ("env.num_envs",),
+    "totaltimesteps": ("total_env_steps",),
+    "timesteps": ("total_env_steps",),
+}
+_NOTES = {
+    "num_minibatches": " (PPO's minibatch is env.num_envs x algo.num_steps / algo.num_minibatches)",
+    "train_ratio": " (gradient steps per env step)",
+}
+
+
+def _alias(key: str, fields: list[str]) -> str:
+    """`'lr'` for `learning_rate` (another library's name), "" when none is known."""
+    last = key.rsplit(".", 1)[-1].lower().replace("_", "").replace("-", "")
+    meant = [t for t in _ALIASES.get(last, ()) if t in fields or "." in t]
+    return " or ".join(f"'{t}'" for t in meant) + "".join(_NOTES.get(t, "") for t in meant)
+
+
 def _hint(keys: list[str], fields: list[str], algo: str | None) -> str:
-    """`; did you mean 'lr'?` for misspelled keys, or the algorithms whose keys they all are
-    when they are another algorithm's (`algo.tau` under ppo; a PPO config's keys under sac);
-    "" when neither."""
+    """`; did you mean 'lr'?` for misspelled keys or other libraries' names
+    (`learning_rate`), or the algorithms whose keys they all are when they are another
+    algorithm's (`algo.tau` under ppo; a PPO config's keys under sac); "" when none."""
+    aliases = {k: a for k in keys if (a := _alias(k, fields))}
+    alias = ""
+    if aliases:
+        meant = [a if len(keys) == 1 else f"{a} for '{k}'" for k, a in aliases.items()]
+        alias = f"; did you mean {', '.join(meant)}?"
 
     def others(key: str) -> set[str]:
         last = key.rsplit(".", 1)[-1]
@@ -572,9 +628,12 @@ def _hint(keys: list[str], fields: list[str], algo: str | None) -> str:
 
     if algo is not None:
         common = set.intersection(*(others(k) for k in keys))
-        if common:
+        if common:  # (another algorithm's keys; one key may also be another library's name)
             whose = f"algo.name={'/'.join(sorted(common))}"
-            return f"; {'it is a key' if len(keys) == 1 else 'they are keys'} of {whose}"
+            one = len(keys) == 1
+            return f"; {'it is a key' if one else 'they are keys'} of {whose}{alias * one}"
+    if alias:
+        return alias
     lowered = {f.lower(): f for f in fields}
     meant = []
     for key in keys:

@@ -265,11 +265,32 @@ def test_structure_errors_come_first_and_env_errors_still_come():
         ("algo.Lr=1e-3", "; did you mean 'lr'?"),
         ("eval.intervall=3", "; did you mean 'interval'?"),
         ("algo.tau=0.1", "; it is a key of algo.name=dqn/sac/td3"),
+        # Other libraries' names (SB3, CleanRL) for the same settings:
+        ("algo.learning_rate=1e-3", "; did you mean 'lr'?"),
+        ("algo.n_epochs=3", "; did you mean 'update_epochs'?"),
+        ("algo.clip_range=0.1", "; did you mean 'clip_eps'?"),
+        ("n_envs=8", "; did you mean 'env.num_envs'?"),
+        ("total_timesteps=8", "; did you mean 'total_env_steps'?"),
+        ("algo.batch_size=64", "did you mean 'num_minibatches' (PPO's minibatch is env.num_envs"),
     ],
 )
 def test_an_unknown_key_names_the_key_meant(override, said):
     with pytest.raises(jre.ConfigError) as e:
         jre.load_config(None, [override])
+    assert said in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("algo.learning_rate=1e-3", "; did you mean 'actor_lr' or 'critic_lr'?"),
+        ("algo.batchsize=64", "; did you mean 'batch_size'?"),
+        ("algo.train_freq=4", "; did you mean 'train_ratio' (gradient steps per env step)?"),
+    ],
+)
+def test_an_unknown_key_under_sac_names_sacs_key(override, said):
+    with pytest.raises(jre.ConfigError) as e:
+        jre.load_config(None, ["env.id=Pendulum-v1", "algo.name=sac", override])
     assert said in str(e.value)
 
 
