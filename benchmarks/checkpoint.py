@@ -66,7 +66,7 @@ def large_state(repeats: int, root: Path) -> None:
     for i in range(repeats):
         state = state.replace(counters=state.counters.replace(epoch=state.counters.epoch + 1))
         start = time.perf_counter()
-        checkpoints.save(state, config=cfg.model_dump(mode="json"), metrics_lines=[], num_epochs=1)
+        checkpoints.save(state, config=cfg.model_dump(mode="json"), num_epochs=1)
         saves.append(time.perf_counter() - start)
         start = time.perf_counter()
         restored, _ = checkpoints.restore(engine)
@@ -129,7 +129,7 @@ def default_run(repeats: int, epochs: int, root: Path) -> None:
         state, _ = jax.block_until_ready(engine.call("epoch", state))
         epoch_times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        checkpoints.save(state, config={}, metrics_lines=[], num_epochs=engine.num_epochs)
+        checkpoints.save(state, config={}, num_epochs=engine.num_epochs)
         saves.append(time.perf_counter() - start)
     save_s, epoch_s = statistics.median(saves), statistics.median(epoch_times)
     print(

@@ -455,8 +455,9 @@ def sweep(
     over the members, sharded over the `sweep` mesh axis), into `runs/<name>/`: one run
     directory per member, `sweep.csv` and `summary.json` (see `run/sweep.py`).
 
-    seeds: `[0, 1]`, `"0..15"` (inclusive) or an int (None: `[cfg.seed]`). Only traced keys
-    (the algorithm's `traced_keys`) may vary inside one program; another key with several
+    seeds: `[0, 1]`, `range(16)`, `np.arange(16)`, `"0..15"` (inclusive) or an int, which is
+    one seed (None: `[cfg.seed]`). Only traced keys (the algorithm's `traced_keys`) may vary
+    inside one program; another key with several
     values is a `ConfigError` naming it, unless `split_static` (one program per distinct
     static setting). num_epochs: train up to this many epochs (default: the config's; the rest
     with `resume_sweep`). Returns the sweep summary plus `table`, the per-setting table.

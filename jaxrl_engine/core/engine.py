@@ -24,7 +24,6 @@ from jaxrl_engine.core.nan_guard import (
     GUARDED_STATE,
     MAY_BE_NAN,
     GuardNames,
-    guarded_quantities,
 )
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
 from jaxrl_engine.core.offload import OFFLOADED_BETWEEN_EPOCHS, placement_hooks
@@ -360,7 +359,7 @@ class Engine:
         if hooks is not None and not isinstance(hooks, Mapping):
             raise TypeError(
                 f"hooks is a {type(hooks).__name__}: give a dict of phase name -> list of hooks "
-                "({'train': [jre.hooks.every(2)]})"
+                "({'train': [jre.every(2, my_hook)]})"
             )
         for name, user_hooks in (hooks or {}).items():
             if name not in PHASES:
@@ -492,7 +491,9 @@ class Engine:
         _check_key(key, "train(key, hparams)", traced=True)
         if hparams is not None:
             check_hparams(hparams, self.hparams, "train(key, hparams)", scalars=True, traced=True)
-        state = self._init(key, self.hparams if hparams is None else hparams)
+        state = self._init(
+            key, hparams_like(self.hparams if hparams is None else hparams, self.hparams)
+        )
         if self.host_between_epochs:
             state = jax.tree.map(
                 lambda x, s: jax.device_put(x, s) if s.memory_kind == "pinned_host" else x,
@@ -505,10 +506,12 @@ class Engine:
         """A fresh state for `key` (and `hparams`, default the algorithm's), placed on the mesh
         (env batch sharded, params replicated)."""
         _check_key(key, "engine.init")
-        if hparams is not None:  # Python numbers become f32 here, before the jit sees them
+        if hparams is not None:
             check_hparams(hparams, self.hparams, "engine.init", scalars=True)
-            hparams = hparams_like(hparams, self.hparams)
-        state = self._init_jit(key, self.hparams if hparams is None else hparams)
+        # Python numbers become f32 here, before the jit sees them (the default's too: one
+        # compiled init for the default and for a user's hyperparameters)
+        hparams = hparams_like(self.hparams if hparams is None else hparams, self.hparams)
+        state = self._init_jit(key, hparams)
         return jax.device_put(state, self.state_sharding) if self.host_between_epochs else state
 
     def with_hparams(self, state: EngineState, hparams: Any) -> EngineState:
@@ -571,16 +574,13 @@ class Engine:
     # ------------------------------------------------------------- compiled
     @functools.cached_property
     def guarded_names(self) -> Mapping[str, list[str]]:
-        """Per phase, the quantities behind its `guard/<phase>` index (see `nan_guard`); each
-        phase is traced for them only when its guard has fired (`GuardNames`)."""
-        if not self.nan_guard:
-            return {}
-
-        def names_of(name: str) -> list[str]:
-            metrics = jax.eval_shape(self.raw_phases[name], self.state_shape)[1]
-            return guarded_quantities(list(metrics), GUARDED_STATE.get(name, ()), skip=MAY_BE_NAN)
-
-        return GuardNames(list(self.raw_phases), names_of)
+        """Per guard name, the quantities behind its `guard/<name>` index (see `nan_guard`): the
+        engine's guards and any in the user's hooks; phases are traced for them only when a
+        guard has fired (`GuardNames`)."""
+        phases = [*EPOCH_PHASES, "evaluate"]
+        return GuardNames(
+            phases, lambda name: jax.eval_shape(self.pure_phases[name], self.state_shape)
+        )
 
     def warm_up(
         self,
@@ -656,7 +656,7 @@ class Engine:
         print(table)
         return None
 
-    def run(self, state: EngineState, **kwargs: Any) -> Any:
+    def run(self, state: EngineState, **kwargs: Any) -> tuple[EngineState, dict[str, Any]]:
         """Train from `state` with this engine's driver: `state, summary = engine.run(state)`
         (`jaxrl_engine.run.Driver.run` documents the keywords)."""
         if self.driver is None:
@@ -665,4 +665,5 @@ class Engine:
                 "driver=jre.Driver(...) to Engine(...)"
             )
         check_not_donated("engine.run", state)
-        return self.driver.run(self, state, **kwargs)
+        state, summary = self.driver.run(self, state, **kwargs)
+        return state, summary

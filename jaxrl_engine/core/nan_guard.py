@@ -7,6 +7,8 @@ naming phase, quantity and epoch.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -15,12 +17,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_engine.core.hooks import Hook
+from jaxrl_engine.core.phases import EPOCH_PHASES
 from jaxrl_engine.core.state import EngineState, Metrics, Phase, get_path
 
 # What nan_guard checks besides each phase's metrics.
 GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
 # NaN by meaning until the first episode ends (not an error).
 MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
+# Which guard names a failure when several fire in one epoch: the epoch's phases in the order
+# they run (a NaN spreads downstream), then evaluation, then guards of other names.
+_ORDER = (*EPOCH_PHASES, "evaluate")
+# While `recorded_names` traces phases: each nan_guard traced puts its names here.
+_RECORDING: contextvars.ContextVar[dict[str, list[str]] | None] = contextvars.ContextVar(
+    "nan_guard_names", default=None
+)
 
 
 def working_key(phase_name: str) -> str:
@@ -74,10 +84,21 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
         index = jnp.sum(np.asarray(ends) <= first, dtype=jnp.int32)
         return jnp.where(bad.any(), index, -1).astype(jnp.int32)
 
+    key = guard_key(phase_name)
+
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
             state, metrics = phase(state)
+            if key in metrics:
+                raise ValueError(
+                    f"nan_guard({phase_name!r}) wraps a phase that already reports {key!r} (the "
+                    f"engine's own guard of phase {phase_name!r}, config `nan_guard: true`, or "
+                    "another nan_guard of that name): give this guard another name"
+                )
             names = guarded_quantities(list(metrics), state_paths, skip)
+            recording = _RECORDING.get()
+            if recording is not None:
+                recording[phase_name] = names
             metric_names = names[: len(names) - len(state_paths)]
             values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
             working = metrics.get(working_key(phase_name))
@@ -86,37 +107,56 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
                     jnp.where(working > 0, v, jnp.zeros_like(v))
                     for v in values[: len(metric_names)]
                 ]
-            return state, {**metrics, guard_key(phase_name): first_non_finite(values)}
+            return state, {**metrics, key: first_non_finite(values)}
 
         return wrapped
 
     return transform
 
 
+def recorded_names(trace: Callable[[], Any]) -> dict[str, list[str]]:
+    """Per guard name, the quantities behind its index, as recorded by every `nan_guard` that
+    `trace()` traces (e.g. a `jax.eval_shape` of hooked phases)."""
+    seen: dict[str, list[str]] = {}
+    token = _RECORDING.set(seen)
+    try:
+        trace()
+    finally:
+        _RECORDING.reset(token)
+    return seen
+
+
 class GuardNames(Mapping[str, list[str]]):
-    """Per guarded phase, the names behind its `guard/<phase>` index, found only when asked
-    for: `names_of(phase)` traces the phase (about 0.1 s each), which a run needs only when a
-    guard fires, so a run that stays finite never pays for it."""
+    """Per guard name (the engine's, `guard/<phase>`, and any `nan_guard` of the user's hooks),
+    the names behind its index, found only when asked for: `trace(phase)` traces a hooked phase
+    (about 0.1 s each) while `recorded_names` listens, which a run needs only when a guard
+    fires, so a run that stays finite never pays for it. The phase of the guard's own name is
+    traced first, then the others until the guard is found."""
 
-    def __init__(self, phases: Sequence[str], names_of: Callable[[str], list[str]]):
-        self._phases, self._names_of = tuple(phases), names_of
+    def __init__(self, phases: Sequence[str], trace: Callable[[str], Any]):
+        self._phases, self._trace = tuple(phases), trace
         self._found: dict[str, list[str]] = {}
+        self._traced: set[str] = set()
 
-    def __getitem__(self, phase: str) -> list[str]:
-        if phase not in self._phases:
-            raise KeyError(phase)
-        if phase not in self._found:
-            self._found[phase] = self._names_of(phase)
-        return self._found[phase]
+    def _trace_until(self, guard: str | None) -> None:
+        for phase in sorted(self._phases, key=lambda p: p != guard):
+            if guard in self._found:
+                return
+            if phase not in self._traced:
+                self._traced.add(phase)
+                self._found.update(recorded_names(functools.partial(self._trace, phase)))
 
-    def __contains__(self, phase: object) -> bool:  # (Mapping's would trace the phase)
-        return phase in self._phases
+    def __getitem__(self, guard: str) -> list[str]:
+        self._trace_until(guard)
+        return self._found[guard]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._phases)
+        self._trace_until(None)
+        return iter(dict(self._found))
 
     def __len__(self) -> int:
-        return len(self._phases)
+        self._trace_until(None)
+        return len(self._found)
 
 
 class NonFiniteError(FloatingPointError):
@@ -139,13 +179,26 @@ class NonFiniteError(FloatingPointError):
 
 
 def check_guards(metrics: dict[str, Any], guarded: Mapping[str, list[str]], epoch: int) -> None:
-    """Raise `NonFiniteError` for the first phase whose guard fired (host side).
+    """Raise `NonFiniteError` for the first guard that fired (host side): every `guard/<name>`
+    metric counts, the engine's and those of `nan_guard`s in the user's hooks.
 
-    guarded: per phase in order, the names behind its index (looked up only for a phase whose
-    guard fired: see `GuardNames`). epoch: counted from 1, as in `metrics.jsonl` (the epoch
-    whose phases produced `metrics`).
+    guarded: per guard name, the names behind its index (looked up only for a guard that fired:
+    see `GuardNames`). epoch: counted from 1, as in `metrics.jsonl` (the epoch whose phases
+    produced `metrics`).
     """
-    for phase in guarded:
-        index = metrics.get(guard_key(phase))
-        if index is not None and int(np.asarray(index).max()) >= 0:
-            raise NonFiniteError(phase, guarded[phase][int(np.asarray(index).max())], epoch)
+    fired = {
+        key.removeprefix("guard/"): index
+        for key, value in metrics.items()
+        if key.startswith("guard/") and (index := int(np.asarray(value).max())) >= 0
+    }
+    if not fired:
+        return
+    name = min(fired, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    index = fired[name]
+    names = guarded.get(name)
+    quantity = (
+        names[index]
+        if names is not None and index < len(names)
+        else f"#{index} of its guard (its names were not found)"
+    )
+    raise NonFiniteError(name, quantity, epoch)

@@ -171,16 +171,18 @@ def hparams_arrays(hparams: Any) -> Any:
 
 
 def hparams_like(hparams: Any, like: Any) -> Any:
-    """`hparams_arrays(hparams)` with each Python number in the dtype of `like`'s leaf
-    (`gamma=1` for a float hyperparameter is f32, not an int32 leaf that compiles again)."""
+    """`hparams_arrays(hparams)` with each Python number, and each integer (array or traced)
+    for a float leaf, in the dtype of `like`'s leaf (`gamma=1` for a float hyperparameter is
+    f32, not an int32 leaf that compiles again)."""
     if like is None or jax.tree.structure(hparams) != jax.tree.structure(like):  # type: ignore[operator]
         return hparams_arrays(hparams)
-    return jax.tree.map(
-        lambda x, d: (
-            jnp.asarray(x, jnp.asarray(d).dtype)
-            if isinstance(x, int | float) and not isinstance(x, bool)
-            else jnp.asarray(x, jnp.asarray(x).dtype)
-        ),
-        hparams,
-        like,
-    )
+
+    def one(x: Any, d: Any) -> jax.Array:
+        want = jnp.asarray(d).dtype
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            x = jnp.asarray(x, jnp.asarray(x).dtype)
+            if not (jnp.issubdtype(x.dtype, jnp.integer) and jnp.issubdtype(want, jnp.floating)):
+                return x
+        return jnp.asarray(x, want)
+
+    return jax.tree.map(one, hparams, like)

@@ -43,7 +43,8 @@ class Timer:
 
 
 def timed(name: str, timer: Timer) -> Hook:
-    """Host hook: time a compiled phase, measured after `block_until_ready`."""
+    """Host transform: time a compiled phase, measured after `block_until_ready`. A call that
+    compiles counts its compiling too: `engine.warm_up(state)` first to time the runs only."""
 
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:

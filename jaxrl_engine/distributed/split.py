@@ -49,7 +49,7 @@ def split_functions(engine: Any) -> tuple[Any, Any]:
             return SimpleNamespace(env=out[0], out=out[:3]), out[3]
 
         run: Any = collect
-        if "rollout" in engine.guarded_names:  # the rollout phase's own nan_guard
+        if engine.nan_guard:  # the rollout phase's own nan_guard
             run = nan_guard("rollout", GUARDED_STATE["rollout"], skip=MAY_BE_NAN)(collect)
         done, metrics = run(None)
         env, stats, trajectory = done.out

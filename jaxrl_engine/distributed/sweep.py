@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_engine.core.engine import Engine
@@ -88,7 +89,13 @@ def parse_seeds(value: Any) -> list[int]:
             items = (found.group(1) if found.group(1) is not None else found.group(2)).split(",")
             return parse_seeds([int(s) for s in items if s.strip()])
         raise ConfigError(f"seeds={text!r}: give a range a..b (inclusive) or a list [0,3,5]")
-    seeds = [value] if isinstance(value, int) else list(value)
+
+    def scalar(x: Any) -> Any:  # NumPy's and JAX's integers (`np.arange(4)`'s) are ints
+        is_array = isinstance(x, np.ndarray | jax.Array) and x.ndim == 0
+        return x.item() if isinstance(x, np.integer) or is_array else x
+
+    value = scalar(value)
+    seeds = [scalar(s) for s in value] if isinstance(value, Iterable) else [value]
     if not seeds:
         raise ConfigError("seeds: give at least one seed")
     for seed in seeds:

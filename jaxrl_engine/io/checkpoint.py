@@ -93,9 +93,13 @@ class CheckpointInfo:
     epoch: int  # finished epochs (`counters.epoch` of the saved state)
     path: Path
     config: dict[str, Any]  # the resolved config it was written with (`Config.model_dump`)
-    metrics_lines: list[str]  # `metrics.jsonl` as it was when the checkpoint was written
     num_epochs: int  # the run's total epochs when it was written
     leaves: list[dict[str, Any]]  # path, shape, dtype, key_impl, crc32 or sum64 per leaf
+    # `metrics.jsonl` as it was when the checkpoint was written: its length and SHA-256
+    # (`{"bytes", "sha256", "records"}`; None: a sweep's, whose members keep their own), so a
+    # checkpoint's size does not grow with the run
+    metrics_log: dict[str, Any] | None = None
+    metrics_lines: list[str] | None = None  # (the records themselves, in older checkpoints)
     algorithm: str | None = None  # the engine's algorithm name (None: written before it was)
     # JAX's `jax_threefry_partitionable` when written (None: written before it was recorded):
     # it changes the random bits a key gives, so a resume under the other setting is not exact
@@ -283,7 +287,7 @@ class Checkpointer:
         state: EngineState,
         *,
         config: dict[str, Any],
-        metrics_lines: list[str],
+        metrics_log: dict[str, Any] | None = None,
         num_epochs: int,
         epoch: int | None = None,
         algorithm: str | None = None,
@@ -312,7 +316,7 @@ class Checkpointer:
             "epoch": epoch,
             "num_epochs": num_epochs,
             "config": config,
-            "metrics_lines": metrics_lines,
+            "metrics_log": metrics_log,
             "leaves": leaves,
             "versions": {"jax": jax.__version__},
             "threefry_partitionable": _threefry_partitionable(),
@@ -436,7 +440,9 @@ class Checkpointer:
                 f"checkpoint {str(path)!r} is corrupted or incomplete: its metadata cannot be "
                 f"read ({_first_line(e)}; {str(meta_file)!r})"
             ) from None
-        required = {"format", "epoch", "num_epochs", "config", "metrics_lines", "leaves"}
+        required = {"format", "epoch", "num_epochs", "config", "leaves"}
+        if isinstance(meta, dict) and not {"metrics_log", "metrics_lines"} & set(meta):
+            required.add("metrics_log")
         if not isinstance(meta, dict) or not required <= set(meta):
             raise _Corrupted(
                 f"checkpoint {str(path)!r} is corrupted or not a jaxrl_engine checkpoint: its "
@@ -466,13 +472,23 @@ class Checkpointer:
             "metrics_lines": list,
             "leaves": list,
         }
-        wrong = {k for k, kind in kinds.items() if type(meta[k]) is not kind}
+        wrong = {k for k, kind in kinds.items() if k in meta and type(meta[k]) is not kind}
+        log = meta.get("metrics_log")
+        log_kinds = {"bytes": int, "sha256": str, "records": int}
+        if log is not None and not (
+            isinstance(log, dict)
+            and set(log) == set(log_kinds)
+            and all(type(log[k]) is kind for k, kind in log_kinds.items())
+            and log["bytes"] >= 0
+            and log["records"] >= 0
+        ):
+            wrong.add("metrics_log")
         if not isinstance(meta.get("algorithm", ""), str):
             wrong.add("algorithm")
         if not isinstance(meta.get("threefry_partitionable", False), bool):
             wrong.add("threefry_partitionable")
         for key, kind in (("metrics_lines", str), ("leaves", dict)):
-            if key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
+            if key in meta and key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
                 wrong.add(key)
         if wrong:
             raise _Corrupted(
@@ -483,7 +499,8 @@ class Checkpointer:
             epoch=meta["epoch"],
             path=path,
             config=meta["config"],
-            metrics_lines=list(meta["metrics_lines"]),
+            metrics_log=log,
+            metrics_lines=list(meta["metrics_lines"]) if "metrics_lines" in meta else None,
             num_epochs=meta["num_epochs"],
             leaves=meta["leaves"],
             algorithm=meta.get("algorithm"),

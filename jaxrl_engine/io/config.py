@@ -356,6 +356,9 @@ class MeshConfig(Strict):
 
 
 class Config(Strict):
+    """A run's whole configuration (validated; `jre.load_config` reads it from YAML and
+    `key=value` overrides). Every key is listed in the README's config reference."""
+
     uint32_fields: ClassVar[frozenset[str]] = frozenset({"seed"})  # jax.random.key(seed)
 
     name: str = Field("ppo_cartpole", description="run name: the run directory is runs/<name>")

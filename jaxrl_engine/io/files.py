@@ -66,10 +66,11 @@ def atomic_writer(path: str | Path, write: Any) -> None:
         raise
 
 
-def open_append(path: str | Path) -> IO[str]:
-    """`path` opened for appending text; refuses (OSError ELOOP) when it is a symlink."""
+def open_append(path: str | Path) -> IO[bytes]:
+    """`path` opened for appending bytes, unbuffered (each write reaches the file, or fails,
+    at once); refuses (OSError ELOOP) when it is a symlink."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    return os.fdopen(fd, "a")
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def symlinks_in(directory: str | Path) -> list[Path]:

@@ -20,7 +20,6 @@ A hook reads and writes only `RunInfo` and its own fields; it never reaches into
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -54,7 +53,6 @@ class RunInfo:
     total: int  # the epoch the run ends at
     done: int = 0  # finished epochs
     status: str = "running"
-    metrics_lines: list[str] = dataclasses.field(default_factory=list)
     final_eval: float = float("nan")
     final_eval_std: float = float("nan")  # over the last evaluation's episodes
     final_eval_iqm: float = float("nan")
@@ -68,7 +66,10 @@ class RunInfo:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the error
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     resume_from: int | None = None  # the checkpoint epoch the user chose (`--from-checkpoint`)
-    restored_metrics: list[str] | None = None  # the records of the checkpoint at `first`
+    # The checkpoint at `first`'s record of metrics.jsonl (`CheckpointInfo.metrics_log`), or
+    # an older checkpoint's copy of its records
+    restored_mark: dict[str, Any] | None = None
+    restored_metrics: list[str] | None = None
     # The records' wall_s counts on from a resumed run's last record: wall time over the
     # run's whole life, so its curves never run backwards in time
     wall_offset: float = 0.0
@@ -181,9 +182,9 @@ class Logging(HostHook):
     checkpoint) go: the checkpoint's own copy of the records is put back."""
 
     def start(self, run: RunInfo) -> None:
-        run.metrics_lines = run.out.open_logs(run.first, run.restored_metrics)
-        if run.metrics_lines:
-            last_wall = json.loads(run.metrics_lines[-1]).get("wall_s")
+        last, last_eval = run.out.open_logs(run.first, run.restored_metrics, run.restored_mark)
+        if isinstance(last, dict):
+            last_wall = last.get("wall_s")
             if isinstance(last_wall, int | float) and math.isfinite(last_wall):
                 run.wall_offset = float(last_wall)
             # The call that ended at this checkpoint's epoch with a summary also spent its
@@ -197,17 +198,14 @@ class Logging(HostHook):
                 and ended >= run.wall_offset
             ):
                 run.wall_offset = float(ended)
-        for line in reversed(run.metrics_lines):  # a resumed run's last evaluation so far
-            record = json.loads(line)
-            if isinstance(record.get("evaluate/episode_return"), int | float):
-                _take_evaluation(run, record)
-                break
+        if isinstance(last_eval, dict):  # a resumed run's last evaluation so far
+            _take_evaluation(run, last_eval)
 
     def on_records(self, run: RunInfo, records: list[Record]) -> None:
         for record in records:
             if "evaluate/episode_return" in record:
                 _take_evaluation(run, record)
-            run.metrics_lines.append(run.out.log(record))
+            run.out.log(record)
 
     def close(self, run: RunInfo) -> None:
         run.out.close_logs()
@@ -270,7 +268,8 @@ class Checkpointing(HostHook):
                     "another run directory"
                 )
             if first > 0 and first in checkpoints.epochs():
-                run.restored_metrics = checkpoints.info(first).metrics_lines
+                info = checkpoints.info(first)
+                run.restored_mark, run.restored_metrics = info.metrics_log, info.metrics_lines
         except BaseException:
             checkpoints.close()
             raise
@@ -293,7 +292,7 @@ class Checkpointing(HostHook):
         run.checkpoint = self.checkpoints.save(
             state,
             config=run.cfg.model_dump(mode="json"),
-            metrics_lines=run.metrics_lines,
+            metrics_log=run.out.metrics_mark(),
             num_epochs=run.engine.num_epochs,
             algorithm=run.engine.algo.name,
         )

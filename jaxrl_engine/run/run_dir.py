@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -167,6 +169,9 @@ class RunDir:
         self._metrics: Any = None
         self._backends: list[Any] = []
         self._created = False
+        # What `metrics.jsonl` holds: its length, records and running SHA-256 (a checkpoint
+        # records them, not the records themselves: `metrics_mark`)
+        self._log_bytes, self._log_records, self._log_hash = 0, 0, hashlib.sha256()
         self.lock = RunLock(self.path)
         if not writer:
             return
@@ -193,40 +198,87 @@ class RunDir:
             self.release()
             raise
 
-    def open_logs(self, first: int, restored: list[str] | None = None) -> list[str]:
+    def open_logs(
+        self,
+        first: int,
+        restored: list[str] | None = None,
+        mark: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Write `config.yaml`; put `metrics.jsonl` back to the records through epoch `first`
-        (`restored`: a checkpoint's copy of them; else the file's own, a torn last line
-        dropped; a fresh run, epoch 0, starts empty); open it for appending. Returns the
-        records kept."""
+        and open it for appending. `mark`: the checkpoint's record of the file (its length and
+        SHA-256), the file cut back to that length when it starts as the checkpoint saw it;
+        `restored`: an older checkpoint's copy of the records, written back; neither (a fresh
+        run: epoch 0), or a file that is not what the checkpoint saw (edited or cut short: a
+        warning), the file's own whole records through `first`.
+
+        Returns (the last record kept, the last with an evaluation), None for none."""
         path = self.path / "metrics.jsonl"
-        if not self.writer:
-            return restored if restored is not None else read_metrics_lines(path)
-        atomic_write(self.path / "config.yaml", dump_config(self.cfg))
-        if first == 0:  # a fresh run (or one started over) shows nothing of another; a
-            # resume keeps its failing batches (the evidence of a failure)
-            clear_outputs(self.path)
-        if restored is None:
-            restored = [
-                line
-                for line in read_metrics_lines(path)
-                if json.loads(line).get("epoch", 0) <= first
-            ]
-        wanted = "".join(line + "\n" for line in restored)
-        if (metrics_text(path) if path.is_file() else "") != wanted:
-            write_metrics_lines(self.path, restored)
-        self._metrics = open_append(path)
-        self._backends = make_loggers(self.path, self.cfg)  # tensorboard, wandb: as `loggers` says
-        return restored
+        if self.writer:
+            atomic_write(self.path / "config.yaml", dump_config(self.cfg))
+            if first == 0:  # a fresh run (or one started over) shows nothing of another; a
+                # resume keeps its failing batches (the evidence of a failure)
+                clear_outputs(self.path)
+        found = _matching_prefix(path, mark) if mark is not None and first > 0 else None
+        if found is not None and mark is not None:
+            last, last_eval, self._log_hash = found
+            self._log_bytes, self._log_records = mark["bytes"], mark["records"]
+            if self.writer and path.stat().st_size != mark["bytes"]:
+                os.truncate(path, mark["bytes"])  # (the records after the checkpoint go)
+        else:
+            if mark is not None and first > 0 and self.writer:
+                print(
+                    f"jaxrl-engine: warning: {str(path)!r} is not what the checkpoint of epoch "
+                    f"{first} saw ({mark['records']} records, {mark['bytes']} bytes): it was "
+                    f"edited or cut short; its whole records through epoch {first} are kept",
+                    file=sys.stderr,
+                )
+            if restored is None:  # (a damaged line is skipped, not the lines after it)
+                restored = [
+                    line
+                    for line in (metrics_text(path).splitlines() if path.is_file() else [])
+                    if _epoch_of(line) <= first
+                ]
+            wanted = "".join(line + "\n" for line in restored)
+            if self.writer and (metrics_text(path) if path.is_file() else "") != wanted:
+                write_metrics_lines(self.path, restored)
+            raw = wanted.encode("utf-8")
+            self._log_bytes, self._log_records = len(raw), len(restored)
+            self._log_hash = hashlib.sha256(raw)
+            last = json.loads(restored[-1]) if restored else None
+            evals = (line for line in reversed(restored) if EVAL_KEY in line)
+            last_eval = json.loads(next(evals, "null"))
+        if self.writer:
+            self._metrics = open_append(path)
+            self._backends = make_loggers(self.path, self.cfg)  # tensorboard, wandb: `loggers`
+        return last, last_eval
+
+    def metrics_mark(self) -> dict[str, Any]:
+        """What a checkpoint records of `metrics.jsonl`: its length, records and SHA-256."""
+        return {
+            "bytes": self._log_bytes,
+            "sha256": self._log_hash.hexdigest(),
+            "records": self._log_records,
+        }
 
     def log(self, record: dict[str, Any]) -> str:
-        """Append one record; returns the line written (without its newline)."""
+        """Append one record; returns the line written (without its newline). A write that
+        fails (a full disk) leaves the file at its last whole record."""
         line = strict_json(record)
-        if not self.writer:
-            return line
-        self._metrics.write(line + "\n")
-        self._metrics.flush()
-        for backend in self._backends:
-            backend.log(record)
+        raw = (line + "\n").encode("utf-8")
+        if self.writer:
+            try:
+                written = 0
+                while written < len(raw):
+                    written += self._metrics.write(raw[written:])
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path / "metrics.jsonl", self._log_bytes)
+                raise OSError(e.errno, e.strerror, str(self.path / "metrics.jsonl")) from None
+            for backend in self._backends:
+                backend.log(record)
+        self._log_bytes += len(raw)
+        self._log_records += 1
+        self._log_hash.update(raw)
         return line
 
     def read_summary(self) -> dict[str, Any] | None:
@@ -295,6 +347,42 @@ def read_summary(run: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None
+
+
+EVAL_KEY = '"evaluate/episode_return"'  # (in a record's line: it holds an evaluation)
+
+
+def _matching_prefix(path: Path, mark: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """(last record, last record with an evaluation, SHA-256 state) of the first
+    `mark["bytes"]` bytes of `path` when they hash to `mark["sha256"]`; None when not (or
+    when the file is shorter or unreadable). One pass over the file, a line at a time."""
+    digest, size, last, last_eval = hashlib.sha256(), 0, b"null", b"null"
+    key = EVAL_KEY.encode()
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                if size + len(raw) > mark["bytes"]:
+                    break
+                digest.update(raw)
+                size += len(raw)
+                last = raw
+                if key in raw:
+                    last_eval = raw
+    except OSError:
+        return None
+    if size != mark["bytes"] or digest.hexdigest() != mark["sha256"]:
+        return None
+    return json.loads(last), json.loads(last_eval), digest
+
+
+def _epoch_of(line: str) -> float:
+    """A record line's epoch; infinity for a line that is not a record (damaged)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return math.inf
+    epoch = record.get("epoch", 0) if isinstance(record, dict) else None
+    return epoch if isinstance(epoch, int) else math.inf
 
 
 def read_metrics_lines(path: Path) -> list[str]:

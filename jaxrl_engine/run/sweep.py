@@ -86,13 +86,12 @@ class MemberRun:
     def open(self, first: int, error: str | None) -> None:
         """config.yaml, and metrics.jsonl put back to its records through epoch `first`
         (`error`: why nan_guard stopped it before, when it did)."""
-        lines = self.out.open_logs(first)
-        self.epochs = int(json.loads(lines[-1])["epoch"]) if lines else 0
-        for line in reversed(lines):
-            record = json.loads(line)
-            if isinstance(record.get("evaluate/episode_return"), int | float):
-                self._take_evaluation(record)
-                break
+        last, last_eval = self.out.open_logs(first)
+        self.epochs = int(last["epoch"]) if last else 0
+        if last_eval is not None and isinstance(
+            last_eval.get("evaluate/episode_return"), int | float
+        ):
+            self._take_evaluation(last_eval)
         if error is not None:
             self.status, self.error = "non_finite", error
 
@@ -557,7 +556,7 @@ class SweepDriver:
         return checkpoints.save(
             state,
             config=self._meta(group, runs),
-            metrics_lines=[],  # each member's records are in its own metrics.jsonl
+            metrics_log=None,  # each member's records are in its own metrics.jsonl
             num_epochs=group.programs.engine.num_epochs,
             epoch=epoch,
         )

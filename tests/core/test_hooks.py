@@ -159,14 +159,40 @@ def test_a_finite_run_does_not_trace_its_phases_for_the_guard_names(small_cfg, t
     engine = jre.build(small_cfg)
     traced: list[str] = []
     names = engine.guarded_names
-    names_of = names._names_of
-    names._names_of = lambda phase: traced.append(phase) or names_of(phase)
+    trace = names._trace
+    names._trace = lambda phase: traced.append(phase) or trace(phase)
     engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
     assert traced == []
-    assert list(names) == list(engine.raw_phases)
-    assert "rollout" in names and "nope" not in names and traced == []  # no trace to ask
     assert "update_dataset/advantage_mean" in names["update_dataset"]
-    assert traced == ["update_dataset"]
+    assert traced == ["update_dataset"]  # (the guard's own phase first)
+    assert set(names) == {"rollout", "update_dataset", "train", "sync_weights", "evaluate"}
+
+
+def poison_metric(phase):
+    def wrapped(state):
+        state, metrics = phase(state)
+        bad = jnp.where(state.counters.epoch == 2, jnp.nan, 1.0)
+        return state, {**metrics, "train/mine": bad}
+
+    return wrapped
+
+
+@pytest.mark.parametrize("engine_guard", ["true", "false"])
+def test_a_users_own_nan_guard_stops_the_run_naming_its_quantity(engine_guard, tmp_path):
+    """A `nan_guard` of the user's (any name) is checked by the driver like the engine's,
+    whether or not the engine installs its own (`nan_guard: false`)."""
+    cfg = small_config(f"nan_guard={engine_guard}", tmp_path=tmp_path)
+    hooks = {"train": [jre.chain(poison_metric, jre.nan_guard("mine"))]}
+    engine = jre.build(cfg, hooks=hooks)
+    with pytest.raises(jre.NonFiniteError) as info:
+        engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
+    assert (info.value.phase, info.value.quantity, info.value.epoch) == ("mine", "train/mine", 3)
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_users_nan_guard_of_the_engines_name_is_refused(small_cfg):
+    with pytest.raises(ValueError, match=r"already reports 'guard/train'.*another name"):
+        jre.build(small_cfg, hooks={"train": [jre.nan_guard("train")]})  # (traced at build)
 
 
 def test_timed_records_count_total_and_average():

@@ -396,3 +396,18 @@ def test_epochs_moves_its_epoch_count_explicitly(built):
         state, _ = engine.epoch(state)
         state, _, done = engine.epochs(state, 2)
     assert int(done) == 2
+
+
+def test_init_compiles_once_for_the_default_and_a_users_hyperparameters(built):
+    """`engine.init(key)` and `engine.init(key, hp.replace(lr=...))` share one compiled init
+    (the default's Python floats become f32 as a user's do), and an integer given for a float
+    hyperparameter is a float leaf in the state, through `init` and through `make_train`."""
+    cfg, engine, _, _ = built
+    engine.init(jax.random.key(1))
+    before = engine._init_jit._cache_size()
+    state = engine.init(jax.random.key(1), engine.hparams.replace(lr=2e-3, gamma=1))
+    assert engine._init_jit._cache_size() == before
+    assert state.hparams.gamma.dtype == jnp.float32
+    train = jre.make_train(cfg)
+    traced = jax.eval_shape(train, jax.random.key(0), jre.hparams(cfg).replace(gamma=1))[0]
+    assert traced.hparams.gamma.dtype == jnp.float32

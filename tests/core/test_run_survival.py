@@ -4,7 +4,10 @@ checkpoints do not fit the state that is started in them."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -230,3 +233,66 @@ def test_several_epochs_per_call_stop_after_the_epoch_whose_guard_fired():
     assert int(ran) == 3 and int(state.counters.epoch) == 3
     guard = np.asarray(table["guard/rollout"])
     assert list(guard[:2]) == [-1, -1] and guard[2] >= 0
+
+
+def test_a_checkpoint_records_the_metrics_file_by_length_and_hash_not_its_records(tmp_path):
+    """A checkpoint's size does not grow with the run (it records `metrics.jsonl`'s length and
+    SHA-256, not its lines); a resume cuts the file back to that length (the records after
+    the checkpoint go) after checking the file starts as the checkpoint saw it."""
+    cfg = small_config("total_env_steps=384", "save_interval=1", tmp_path=tmp_path)  # 6 epochs
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=5)
+    run_dir = tmp_path / cfg.name
+    checkpoints = Checkpointer(run_dir / "checkpoints")
+    metas = {e: checkpoints.meta_file(e).stat().st_size for e in checkpoints.epochs()}
+    info = checkpoints.info(4)
+    checkpoints._manager.delete(5)  # as if killed in epoch 6, after logging epoch 5
+    checkpoints.close()
+    assert max(metas.values()) - min(metas.values()) < 16, metas
+    text = (run_dir / "metrics.jsonl").read_bytes()
+    four = b"".join(text.splitlines(keepends=True)[:4])
+    assert info.metrics_log == {
+        "bytes": len(four),
+        "sha256": hashlib.sha256(four).hexdigest(),
+        "records": 4,
+    }
+    engine, state = resume(run_dir)
+    engine.run(state)
+    assert logged(run_dir) == [1, 2, 3, 4, 5, 6]
+    assert (run_dir / "metrics.jsonl").read_bytes().startswith(four)
+
+
+def test_a_damaged_metrics_file_is_kept_to_its_whole_records_with_a_warning(tmp_path, capsys):
+    cfg = small_config("save_interval=2", tmp_path=tmp_path)  # 4 epochs
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=3)
+    run_dir = tmp_path / cfg.name
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines[0] = lines[0][:10]  # (an edit: epoch 1's record is no longer a record)
+    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    engine, state = resume(run_dir)
+    assert int(state.counters.epoch) == 3
+    engine.run(state)
+    assert "is not what the checkpoint of epoch 3 saw (3 records" in capsys.readouterr().err
+    assert logged(run_dir) == [2, 3, 4]  # the whole records kept
+
+
+def test_a_failed_write_leaves_metrics_jsonl_at_its_last_whole_record_naming_it(tmp_path):
+    """A full disk in the middle of a record: the file is cut back to the records before it,
+    and the error names the file."""
+    from jaxrl_engine.run.run_dir import RunDir
+
+    out = RunDir(tmp_path / "run", small_config("loggers=[jsonl]", tmp_path=tmp_path))
+    out.open_logs(0)
+    out.log({"epoch": 1, "x": 1.0})
+
+    def half_then_full(data):
+        os.write(out._metrics.fileno(), bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out._metrics.write = half_then_full
+    with pytest.raises(OSError, match=r"No space left on device: .*metrics.jsonl"):
+        out.log({"epoch": 2, "x": 2.0})
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"epoch": 1, "x": 1.0}\n'
+    assert out.metrics_mark()["records"] == 1
+    out.close()

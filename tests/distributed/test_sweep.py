@@ -278,7 +278,9 @@ def test_split_static_runs_one_program_per_setting_each_equal_to_its_run(tmp_pat
 def test_seeds_names_and_cli_items():
     assert parse_seeds("0..3") == [0, 1, 2, 3] and parse_seeds("[0,3,5]") == [0, 3, 5]
     assert parse_seeds(7) == [7]
-    for bad in ("3..1", "[1,1]", "x", [-1]):
+    assert parse_seeds(np.arange(3)) == [0, 1, 2] and parse_seeds(np.int64(4)) == [4]
+    assert parse_seeds(jnp.arange(2)) == [0, 1] and type(parse_seeds(np.arange(1))[0]) is int
+    for bad in ("3..1", "[1,1]", "x", [-1], 1.5, np.array([[0, 1]])):
         with pytest.raises(jre.ConfigError, match="seeds"):
             parse_seeds(bad)
     assert member_name(0, {"algo.lr": 3e-4}, 0, set()) == "seed0_algo.lr=0.0003"

@@ -29,12 +29,12 @@ def leaves_bytes(state) -> list[tuple[str, bytes]]:
     ]
 
 
-def save(checkpoints: Checkpointer, engine, state, lines=()) -> Path:
+def save(checkpoints: Checkpointer, engine, state, log=None) -> Path:
     """Save and wait for the commit (orbax writes in the background)."""
     path = checkpoints.save(
         state,
         config=engine.driver.cfg.model_dump(mode="json"),
-        metrics_lines=list(lines),
+        metrics_log=log,
         num_epochs=engine.num_epochs,
     )
     checkpoints.wait()
@@ -56,7 +56,8 @@ def engine(small_cfg):
 def test_round_trip_is_bitwise_with_the_engines_shardings_and_a_typed_key(engine, tmp_path):
     state = trained(engine, 2)
     checkpoints = Checkpointer(tmp_path / "checkpoints", keep=3)
-    path = save(checkpoints, engine, state, ['{"epoch": 1}', '{"epoch": 2}'])
+    log = {"bytes": 26, "sha256": "ab" * 32, "records": 2}
+    path = save(checkpoints, engine, state, log)
     assert path == tmp_path / "checkpoints" / "epoch_2" and path.is_dir()
 
     restored, info = checkpoints.restore(engine)
@@ -68,7 +69,7 @@ def test_round_trip_is_bitwise_with_the_engines_shardings_and_a_typed_key(engine
     ):
         assert x.sharding.is_equivalent_to(sharding, x.ndim)
         assert x.sharding.memory_kind == sharding.memory_kind
-    assert info.epoch == 2 and info.metrics_lines == ['{"epoch": 1}', '{"epoch": 2}']
+    assert info.epoch == 2 and info.metrics_log == log and info.metrics_lines is None
     assert info.config == engine.driver.cfg.model_dump(mode="json")
     assert info.num_epochs == engine.num_epochs
 
@@ -295,7 +296,7 @@ SHARDED = textwrap.dedent(
     for _ in range(2):
         state, _ = engine.epoch(state)
     checkpoints = Checkpointer(sys.argv[1])
-    checkpoints.save(state, config=cfg.model_dump(mode="json"), metrics_lines=[],
+    checkpoints.save(state, config=cfg.model_dump(mode="json"),
                      num_epochs=engine.num_epochs)
     restored, _ = checkpoints.restore(engine)
     def raw(s):

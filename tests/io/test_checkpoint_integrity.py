@@ -128,6 +128,9 @@ def test_nulled_crcs_with_a_recomputed_checksum_are_refused_for_addressable_arra
         ("num_epochs", "x"),
         ("config", "not a dict"),
         ("metrics_lines", [12, None, "garbage"]),
+        ("metrics_log", {"bytes": "26", "sha256": "x", "records": 2}),
+        ("metrics_log", {"bytes": -1, "sha256": "x", "records": 2}),
+        ("metrics_log", [26]),
         ("leaves", ["not a leaf"]),
         ("epoch", True),
     ],
@@ -255,7 +258,7 @@ DISK_FULL = textwrap.dedent(
     checkpoints = Checkpointer(run / "checkpoints")
     def save(state):
         return checkpoints.save(state, config=engine.driver.cfg.model_dump(mode="json"),
-                                metrics_lines=[], num_epochs=engine.num_epochs)
+                                num_epochs=engine.num_epochs)
     def raw(s):
         return [np.asarray(x).tobytes() for x in
                 jax.tree.leaves(s.replace(rng=jax.random.key_data(s.rng)))]
