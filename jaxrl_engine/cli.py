@@ -322,7 +322,7 @@ def _train(args: argparse.Namespace) -> int:
         from jaxrl_engine.run.driver import Driver, TrainingInterrupted
 
         try:
-            _, summary = engine.run(state, started_at=args.started)
+            _, summary = engine.run(state, started_at=args.started, records=False)
         except NonFiniteError as e:
             notes = "; ".join(getattr(e, "__notes__", []))
             if e.summary is not None:

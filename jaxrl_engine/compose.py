@@ -323,7 +323,7 @@ def resume(
     Builds the engine from the checkpoint's config (the latest, or that of `epoch`; dotted
     `overrides` may not change any shape) and restores the whole state onto the engine's
     shardings; nothing in the run directory changes here. `engine.run(state)` then puts the
-    run's `metrics.jsonl` back to the checkpoint's copy (records written after the checkpoint
+    run's `metrics.jsonl` back to its length at the checkpoint (records written after it
     are computed again, identically) and, when an earlier `epoch` was chosen, sets the later
     checkpoints aside in `discarded_checkpoints/`. A finished run's `engine.run` returns its
     summary unchanged. The hyperparameters are the resolved config's (an override of a numeric

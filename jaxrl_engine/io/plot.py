@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,16 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
         for run in runs
     ]
     steps = sorted(set.intersection(*(set(s) for s in series)))
+    shortest = min(range(len(runs)), key=lambda i: max(series[i], default=0))
+    dropped = {x for s in series for x in s if x > max(steps, default=0)}
+    if dropped and len(runs) > 1:  # (a run not finished, or one evaluated on another schedule)
+        warnings.warn(
+            f"curve {label!r}: {str(runs[shortest].path)!r} ends at "
+            f"{max(series[shortest], default=0):,} env steps, so the curve of its "
+            f"{len(runs)} runs stops there ({len(dropped)} later points of the others are not "
+            "shown: plot those runs without it to see them)",
+            stacklevel=2,
+        )
     for run, points in zip(runs, series, strict=True):
         if not points:
             logged = sorted({k for r in run.records for k in r} - {"epoch", "env_steps", "wall_s"})
@@ -306,7 +317,7 @@ def plot_runs(
                 r.wall_s, r.values, linestyle="--", marker="s", markersize=3, color=line.get_color()
             )
     by_steps.set_xlabel("env steps")
-    by_time.set_xlabel("wall time (s, incl. compile)")
+    by_time.set_xlabel("wall time (s, incl. start-up and compile; mean over runs)")
     by_steps.set_ylabel(metric)
     for ax in (by_steps, by_time):
         ax.grid(alpha=0.3)

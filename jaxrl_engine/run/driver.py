@@ -223,6 +223,7 @@ class Driver:
         progress: bool | None = None,
         on_epoch: Callable[[Record], None] | None = None,
         started_at: float | None = None,
+        records: bool = True,
     ) -> tuple[EngineState, dict[str, Any]]:
         """Train from `state` up to `num_epochs` epochs in total (default: the engine's).
 
@@ -230,7 +231,8 @@ class Driver:
         `metrics.jsonl`, `summary.json`, `checkpoints/` and `policy/` to `run_dir` (default
         `<run_dir>/<name>`). `on_epoch(record)` is called after each epoch's record is logged
         (and checkpointed). Returns the final state and the summary, whose `records` are the
-        per-epoch records of this call.
+        per-epoch records of this call (kept in memory, about 2 KB an epoch: `records=False`
+        keeps none, for a run of millions of epochs; the CLI's; `metrics.jsonl` has them).
 
         The summary's times: `wall_s` from `started_at` (a `time.perf_counter()` value; default
         this call; the CLI passes its own start) to the summary; `startup_s` from `started_at`
@@ -292,7 +294,7 @@ class Driver:
         run.resume_from = self.resume_from
         history: list[Record] = []
         started: list[HostHook] = []
-        failed, training = True, False
+        failed, training, ending = True, False, False
         try:
             for hook in hooks:
                 hook.start(run)
@@ -319,10 +321,11 @@ class Driver:
             failure = None
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:
-                    state, records, failure = self._chunk(engine, state, run, hooks)
-                    history.extend(records)
+                    state, chunk, failure = self._chunk(engine, state, run, hooks)
+                    if records:
+                        history.extend(chunk)
                     for hook in hooks:
-                        hook.on_records(run, records)
+                        hook.on_records(run, chunk)
                     if failure is not None:
                         self._fail(run, state, hooks, *failure)
                     for hook in hooks:
@@ -337,6 +340,7 @@ class Driver:
                 # A signal from here on lets the end of the run (checkpoint, summary, export)
                 # finish: the run is complete (or paused where `num_epochs` asked to stop early).
                 run.train_end = time.perf_counter()
+                ending = True
                 self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
         except TrainingInterrupted:
@@ -362,7 +366,8 @@ class Driver:
         except Exception as e:
             # Once training started (a refusal before it, e.g. of a finished run's resume,
             # changes nothing); not after a NaN stop, whose summary is written.
-            if training and run.status == "running":
+            if training and (run.status == "running" or ending):  # (ending: e.g. a full
+                # disk exporting the policy after the summary said "completed")
                 _summary_of_failure(run, state, hooks, e)
             raise
         finally:

@@ -19,6 +19,7 @@ A hook reads and writes only `RunInfo` and its own fields; it never reaches into
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -179,7 +180,7 @@ def _take_evaluation(run: RunInfo, record: Record) -> None:
 class Logging(HostHook):
     """config.yaml, then metrics.jsonl (and the `loggers` backends) record by record; on a
     fresh state the old records go, on a resumed one those after its epoch (written after its
-    checkpoint) go: the checkpoint's own copy of the records is put back."""
+    checkpoint) go: the file is cut back to its length at the checkpoint (see `RunDir.open_logs`)."""
 
     def start(self, run: RunInfo) -> None:
         last, last_eval = run.out.open_logs(run.first, run.restored_metrics, run.restored_mark)
@@ -455,10 +456,16 @@ class ExportPolicy(HostHook):
         params = to_host(state.eval_params)  # (every process: a gather is collective)
         if not run.out.writer:
             return
+        where = run.out.path / POLICY_DIR
         try:
-            export_policy(run.engine, params, run.out.path / POLICY_DIR)
+            export_policy(run.engine, params, where)
         except ExportError as e:
             warnings.warn(f"policy not exported: {e}", stacklevel=2)
+        except OSError as e:  # (a full disk): no half-written policy is left to be read
+            for name in ARTEFACT_FILES:
+                with contextlib.suppress(OSError):
+                    (where / name).unlink(missing_ok=True)
+            raise OSError(e.errno, f"{e.strerror} (exporting the policy)", str(where)) from None
         if run.summary and run.train_end is not None:  # the summary's times include the export
             run.summary.update(run.times_to(time.perf_counter()))
             run.out.write_summary(run.summary)

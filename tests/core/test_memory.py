@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -28,8 +30,13 @@ def test_check_state_fits_names_the_pool_and_the_largest_parts(monkeypatch):
     mesh = jax.make_mesh((1,), ("data",))
     shapes = {"big": jax.ShapeDtypeStruct((1024, 1024), jnp.float32)}
     shardings = {"big": NamedSharding(mesh, PartitionSpec())}
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: 8 * 2**20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        memory.check_state_fits(shapes, shardings)  # half the memory: fits, nothing said
     monkeypatch.setattr(memory, "host_available_bytes", lambda: 4 * 2**20)
-    memory.check_state_fits(shapes, shardings)  # exactly 4 MiB: fits
+    with pytest.warns(UserWarning, match=r"needs 4.00 MiB of this host's .*up to about twice"):
+        memory.check_state_fits(shapes, shardings)  # exactly 4 MiB: fits, but tightly
     monkeypatch.setattr(memory, "host_available_bytes", lambda: 4 * 2**20 - 1)
     with pytest.raises(
         memory.StateTooLargeError,

@@ -296,3 +296,51 @@ def test_a_failed_write_leaves_metrics_jsonl_at_its_last_whole_record_naming_it(
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"epoch": 1, "x": 1.0}\n'
     assert out.metrics_mark()["records"] == 1
     out.close()
+
+
+def test_a_full_disk_exporting_the_policy_fails_the_run_leaving_no_half_policy(
+    tmp_path, monkeypatch
+):
+    """The summary said "completed" before the export; an export that fails (a full disk)
+    makes it "failed" with the error, removes the artefacts it wrote, keeps the checkpoint."""
+    from jaxrl_engine.run import host_hooks
+
+    def half_export(engine, params, where):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "act.jaxexport").write_bytes(b"x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(host_hooks, "export_policy", half_export)
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    with pytest.raises(
+        OSError, match=r"No space left on device \(exporting the policy\): .*policy"
+    ):
+        engine.run(engine.init(jax.random.key(0)))
+    run_dir = tmp_path / cfg.name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "No space left" in summary["error"]
+    assert not list((run_dir / "policy").glob("*"))
+    assert epochs_of(run_dir) == [4]
+
+
+def test_a_checkpoint_written_with_the_records_themselves_still_resumes(tmp_path):
+    """Checkpoints of earlier versions hold `metrics.jsonl`'s records (`metrics_lines`), not
+    its length and hash: a resume from one puts those records back, as it did."""
+    cfg = small_config("save_interval=2", tmp_path=tmp_path)  # 4 epochs
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=3)
+    run_dir = tmp_path / cfg.name
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    meta_path = Checkpointer(run_dir / "checkpoints", read_only=True).meta_file(3)
+    meta = json.loads(meta_path.read_text())
+    del meta["metrics_log"], meta["sha256"]
+    meta["metrics_lines"] = lines
+    canonical = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    meta["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    meta_path.write_text(json.dumps(meta))
+    (run_dir / "metrics.jsonl").write_text("")  # (lost: the checkpoint's records put it back)
+    engine, state = resume(run_dir)
+    engine.run(state)
+    assert logged(run_dir) == [1, 2, 3, 4]
+    assert (run_dir / "metrics.jsonl").read_text().startswith("".join(x + "\n" for x in lines))

@@ -275,3 +275,16 @@ def test_runs_of_two_algorithms_are_labelled_by_a_few_keys_algo_name_first(tmp_p
     c = fake_run(tmp_path, "c", [1, 2, 3], env, "algo.name=td3", "algo.tau=0.01")
     labels = [label for label, _ in group_runs([read_run(p) for p in (a, b, c)])]
     assert len(set(labels)) == 3 and not any(label.endswith(" more)") for label in labels), labels
+
+
+def test_a_seed_that_ends_early_stops_its_groups_curve_with_a_warning(tmp_path):
+    """The curve is the mean over every run at each step, so it stops where the shortest run
+    does; the points it leaves out are said, not silently dropped."""
+    full = fake_run(tmp_path, "a_s0", [10, 20, 30], "seed=0")
+    short = fake_run(tmp_path, "a_s1", [30, 40, 50], "seed=1")
+    lines = (short / "metrics.jsonl").read_text().splitlines()
+    (short / "metrics.jsonl").write_text(lines[0] + "\n")  # (a run not finished)
+    with pytest.warns(UserWarning, match=r"a_s1' ends at 100 env steps.*2 later points"):
+        fig = plot_runs([full, short], tmp_path / "c.png")
+    (line,) = fig.axes[0].get_lines()
+    np.testing.assert_allclose(line.get_xdata(), [100])
