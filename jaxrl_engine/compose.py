@@ -12,18 +12,20 @@ import copy
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from jaxrl_engine.core.engine import Engine
 from jaxrl_engine.core.hooks import Hook
 from jaxrl_engine.core.memory import StateTooLargeError
 from jaxrl_engine.core.protocols import Algorithm, Env, EnvSpec
-from jaxrl_engine.core.sharding import data_mesh
+from jaxrl_engine.core.sharding import data_mesh, to_host
 from jaxrl_engine.core.state import EngineState, Metrics, Phase, hparams_arrays
 from jaxrl_engine.core.train import make_train as make_engine_train
 from jaxrl_engine.core.warm_up import check_env_methods
@@ -191,11 +193,19 @@ def build(
             "actor on the learner's devices (env.actor_device null): the offload placement "
             "moves state onto the learner's mesh"
         )
-    if overlap and not algorithm.on_policy and "rollout" in {*(phases or {}), *(hooks or {})}:
+    if overlap and ((phases or {}).get("rollout") or (hooks or {}).get("rollout")):
+        why = (
+            "splits rollout into the actor's collection and the learner's replay-buffer write, "
+            "so a replaced or hooked rollout phase would not run"
+            if not algorithm.on_policy
+            else "runs the rollout on the actor's copy of the state, taken at each chunk's "
+            "start: a replaced or hooked rollout phase would see that chunk's counters and "
+            "hyperparameters, and its changes to the state besides the env and buffer would "
+            "be dropped"
+        )
         raise ConfigError(
-            f"env.overlap=true with algo.name={algorithm.name} (off-policy) splits rollout into "
-            "the actor's collection and the learner's replay-buffer write, so a replaced or "
-            "hooked rollout phase would not run: set env.overlap=false"
+            f"env.overlap (on by default for host envs with on-policy algorithms) with "
+            f"algo.name={algorithm.name} {why}: set env.overlap=false"
         )
     try:
         engine = Engine(
@@ -326,8 +336,8 @@ def resume(
     run's `metrics.jsonl` back to its length at the checkpoint (records written after it
     are computed again, identically) and, when an earlier `epoch` was chosen, sets the later
     checkpoints aside in `discarded_checkpoints/`. A finished run's `engine.run` returns its
-    summary unchanged. The hyperparameters are the resolved config's (an override of a numeric
-    one applies from here on). Raises `CheckpointError` or `ConfigError` with one clear
+    summary unchanged. The hyperparameters are the checkpoint's (a hook may have changed them
+    in training), except those an override changes (from here on). Raises `CheckpointError` or `ConfigError` with one clear
     message, before anything is compiled.
     """
     path = Path(run_dir)
@@ -420,7 +430,24 @@ def resume(
         )
     finally:
         checkpoints.close()
-    state = engine.with_hparams(state, engine.hparams)
+    state, kept = _resumed_hparams(engine, state, info.config, resolved)
+    missing = {
+        kind: sorted(set(names) - set(engine.user_parts.get(kind, ())))
+        for kind, names in info.user_parts.items()
+    }
+    if any(missing.values()):
+        said = " and ".join(
+            f"{'your own ' if kind == 'phases' else 'hooks on '}{', '.join(names)}"
+            + (" phase(s)" if kind == "phases" else "")
+            for kind, names in missing.items()
+            if names
+        )
+        warnings.warn(
+            f"{str(path)!r} was trained with {said}, which this resume lacks (a config cannot "
+            "name them): pass them again, jre.resume(path, phases=..., hooks=...), or the run "
+            "trains on without them",
+            stacklevel=2,
+        )
     if epoch is not None and isinstance(engine.driver, Driver):
         engine.driver.resume_from = info.epoch
     changes = config_changes(info.config, resolved)
@@ -434,10 +461,34 @@ def resume(
         )
     print(
         f"jaxrl-engine: resuming {path} from its checkpoint of epoch {info.epoch}"
-        + (f", with config changes: {'; '.join(changes)}{stretched}" if changes else ""),
+        + (f", with config changes: {'; '.join(changes)}{stretched}" if changes else "")
+        + (f"; hyperparameters as the checkpoint has them: {', '.join(kept)}" if kept else ""),
         file=sys.stderr,
     )
     return engine, state
+
+
+def _resumed_hparams(
+    engine: Engine, state: EngineState, stored: dict[str, Any], resolved: dict[str, Any]
+) -> tuple[EngineState, list[str]]:
+    """`state` with the checkpoint's hyperparameters (a hook may have changed them in
+    training: the resume stays exact), except those whose `algo.<key>` the resumed config
+    changed (an override applies from here on). Also returns, for the message, the kept
+    values that differ from the config's."""
+    was, now = stored.get("algo", {}), resolved.get("algo", {})
+    kept: list[str] = []
+
+    def pick(path: Any, saved: Any, configured: Any) -> Any:
+        key = str(getattr(path[-1], "name", path[-1]))
+        if was.get(key) != now.get(key):
+            return configured
+        value = to_host(saved)
+        if value.shape == () and not np.isclose(value, np.asarray(configured, value.dtype)):
+            kept.append(f"algo.{key}={value.item():.6g} (config: {configured})")
+        return saved
+
+    hparams = jax.tree_util.tree_map_with_path(pick, state.hparams, engine.hparams)
+    return engine.with_hparams(state, hparams), kept
 
 
 # ---------------------------------------------------------------------------------- sweeps

@@ -320,6 +320,14 @@ class Engine:
         self.eval_deterministic = eval_deterministic
         _warn_long_evaluation(self)
         self.offload, self.nan_guard, self.driver = offload, nan_guard, driver
+        # What of this engine a config cannot say (checkpoints record it; a resume without
+        # them warns): the phases replaced and the phases hooked by the user
+        self.user_parts = {
+            "phases": sorted(phases or {}),
+            "hooks": sorted(k for k, v in (hooks or {}).items() if v)
+            if isinstance(hooks, Mapping)
+            else [],
+        }
         self.mesh = mesh if mesh is not None else data_mesh()
         for key, n in (("num_envs", num_envs), ("eval_envs", eval_envs)):
             if n % self.mesh.size:

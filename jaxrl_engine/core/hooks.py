@@ -30,9 +30,15 @@ def chain(*hooks: Hook) -> Hook:
 
     def transform(phase: Phase) -> Phase:
         for hook in hooks:
-            phase = hook(phase)
+            what = getattr(hook, "__name__", type(hook).__name__)
+            try:
+                phase = hook(phase)
+            except TypeError as e:  # (most often a hook of another signature)
+                raise TypeError(
+                    f"hook {what} failed when given its phase: {e} (a hook takes one phase and "
+                    "returns a phase)"
+                ) from e
             if not callable(phase):
-                what = getattr(hook, "__name__", type(hook).__name__)
                 raise TypeError(
                     f"hook {what} returned {type(phase).__name__}, not a phase: a hook takes a "
                     "phase and returns a phase (state -> (state, metrics)); a phase of your "
@@ -71,7 +77,19 @@ def every(n: int, hook: Hook) -> Hook:
 
                 return run
 
-            return jax.lax.cond(state.counters.epoch % n == 0, padded(hooked), padded(phase), state)
+            try:
+                return jax.lax.cond(
+                    state.counters.epoch % n == 0, padded(hooked), padded(phase), state
+                )
+            except TypeError as e:
+                if "branches must have equal output types" not in str(e):
+                    raise  # (an error inside a branch: the phase's or the hook's own)
+                what = getattr(hook, "__name__", type(hook).__name__)
+                raise TypeError(
+                    f"every({n}, {what}): the hook changes the type (dtype or shape) of a "
+                    f"metric or state leaf, so the epochs it skips cannot return the same. "
+                    + next((x for x in str(e).splitlines() if x.startswith("The output")), "")
+                ) from None
 
         return wrapped
 

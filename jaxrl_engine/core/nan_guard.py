@@ -85,6 +85,7 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
         return jnp.where(bad.any(), index, -1).astype(jnp.int32)
 
     key = guard_key(phase_name)
+    skip = (*MAY_BE_NAN, *skip)  # (NaN by meaning, whoever guards them)
 
     def transform(phase: Phase) -> Phase:
         def wrapped(state: EngineState) -> tuple[EngineState, Metrics]:
@@ -101,12 +102,10 @@ def nan_guard(phase_name: str, state_paths: Sequence[str] = (), skip: Sequence[s
                 recording[phase_name] = names
             metric_names = names[: len(names) - len(state_paths)]
             values = [metrics[n] for n in metric_names] + [get_path(state, p) for p in state_paths]
-            working = metrics.get(working_key(phase_name))
-            if working is not None:  # an idle phase's metrics are not checked
-                values[: len(metric_names)] = [
-                    jnp.where(working > 0, v, jnp.zeros_like(v))
-                    for v in values[: len(metric_names)]
-                ]
+            for i, name in enumerate(metric_names):  # an idle phase's metrics are not checked
+                working = metrics.get(working_key(name.split("/", 1)[0]))
+                if working is not None:
+                    values[i] = jnp.where(working > 0, values[i], jnp.zeros_like(values[i]))
             return state, {**metrics, key: first_non_finite(values)}
 
         return wrapped
@@ -136,7 +135,13 @@ class GuardNames(Mapping[str, list[str]]):
     def __init__(self, phases: Sequence[str], trace: Callable[[str], Any]):
         self._phases, self._trace = tuple(phases), trace
         self._found: dict[str, list[str]] = {}
+        self._phase_of: dict[str, str] = {}
         self._traced: set[str] = set()
+
+    def phase_of(self, guard: str) -> str:
+        """The phase whose hooks hold the guard `guard` (its own name when not found)."""
+        self._trace_until(guard)
+        return self._phase_of.get(guard, guard)
 
     def _trace_until(self, guard: str | None) -> None:
         for phase in sorted(self._phases, key=lambda p: p != guard):
@@ -144,7 +149,9 @@ class GuardNames(Mapping[str, list[str]]):
                 return
             if phase not in self._traced:
                 self._traced.add(phase)
-                self._found.update(recorded_names(functools.partial(self._trace, phase)))
+                found = recorded_names(functools.partial(self._trace, phase))
+                self._phase_of.update({g: phase for g in found if g not in self._found})
+                self._found.update(found)
 
     def __getitem__(self, guard: str) -> list[str]:
         self._trace_until(guard)
@@ -162,8 +169,9 @@ class GuardNames(Mapping[str, list[str]]):
 class NonFiniteError(FloatingPointError):
     """A `nan_guard` fired: names phase, quantity and epoch."""
 
-    def __init__(self, phase: str, quantity: str, epoch: int):
+    def __init__(self, phase: str, quantity: str, epoch: int, guard: str | None = None):
         self.phase, self.quantity, self.epoch = phase, quantity, epoch
+        self.guard = phase if guard is None else guard  # the nan_guard's name
         self.summary: dict[str, Any] | None = None  # the run's summary, when a driver stopped
         advice = (
             "check the env's rewards and observations for the actions it was given (a policy "
@@ -174,7 +182,9 @@ class NonFiniteError(FloatingPointError):
             "the env"
         )
         super().__init__(
-            f"non-finite value in phase '{phase}', quantity '{quantity}', epoch {epoch}: {advice}"
+            f"non-finite value in phase '{phase}'"
+            + (f" (nan_guard {self.guard!r})" if self.guard != phase else "")
+            + f", quantity '{quantity}', epoch {epoch}: {advice}"
         )
 
 
@@ -201,4 +211,5 @@ def check_guards(metrics: dict[str, Any], guarded: Mapping[str, list[str]], epoc
         if names is not None and index < len(names)
         else f"#{index} of its guard (its names were not found)"
     )
-    raise NonFiniteError(name, quantity, epoch)
+    phase = guarded.phase_of(name) if isinstance(guarded, GuardNames) else name
+    raise NonFiniteError(phase, quantity, epoch, guard=name)

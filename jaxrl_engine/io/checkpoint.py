@@ -104,6 +104,8 @@ class CheckpointInfo:
     # JAX's `jax_threefry_partitionable` when written (None: written before it was recorded):
     # it changes the random bits a key gives, so a resume under the other setting is not exact
     threefry_partitionable: bool | None = None
+    # The phases the user replaced and hooked (`Engine.user_parts`; {} when none)
+    user_parts: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def _threefry_partitionable() -> bool:
@@ -291,6 +293,7 @@ class Checkpointer:
         num_epochs: int,
         epoch: int | None = None,
         algorithm: str | None = None,
+        user_parts: dict[str, list[str]] | None = None,
     ) -> Path:
         """Write `state` as the checkpoint of its `counters.epoch` (or of `epoch`: a sweep's
         batched state holds one counter per member); returns its directory.
@@ -321,6 +324,8 @@ class Checkpointer:
             "versions": {"jax": jax.__version__},
             "threefry_partitionable": _threefry_partitionable(),
         }
+        if user_parts and any(user_parts.values()):  # the user's phases and hooked phases
+            meta["user_parts"] = user_parts
         if algorithm is not None:  # the engine's, which a user's algorithm may not share
             meta["algorithm"] = algorithm  # with the config's algo.name
         try:
@@ -487,6 +492,14 @@ class Checkpointer:
             wrong.add("algorithm")
         if not isinstance(meta.get("threefry_partitionable", False), bool):
             wrong.add("threefry_partitionable")
+        parts = meta.get("user_parts", {})
+        if not (
+            isinstance(parts, dict)
+            and all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in parts.values()
+            )
+        ):
+            wrong.add("user_parts")
         for key, kind in (("metrics_lines", str), ("leaves", dict)):
             if key in meta and key not in wrong and any(not isinstance(x, kind) for x in meta[key]):
                 wrong.add(key)
@@ -505,6 +518,7 @@ class Checkpointer:
             leaves=meta["leaves"],
             algorithm=meta.get("algorithm"),
             threefry_partitionable=meta.get("threefry_partitionable"),
+            user_parts=dict(meta.get("user_parts", {})),
         )
 
     def _resolve(self, epoch: int | None) -> int:

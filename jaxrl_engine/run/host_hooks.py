@@ -296,6 +296,7 @@ class Checkpointing(HostHook):
             metrics_log=run.out.metrics_mark(),
             num_epochs=run.engine.num_epochs,
             algorithm=run.engine.algo.name,
+            user_parts=getattr(run.engine, "user_parts", None),
         )
         run.checkpoint_epoch = run.done
 

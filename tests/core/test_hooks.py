@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import jaxrl_engine as jre
-from tests.conftest import small_config
+from tests.conftest import SMALL, small_config
 
 
 def recording(name: str, log: list[str]) -> jre.Hook:
@@ -71,6 +71,27 @@ def test_every_refuses_a_period_that_is_not_a_whole_number_of_epochs(n):
         jre.every(n, lambda phase: phase)
     with pytest.raises(TypeError, match="hook is 3"):
         jre.every(2, 3)
+
+
+def two_args(phase, extra):
+    return phase
+
+
+def loss_as_int(phase):
+    def wrapped(state):
+        state, metrics = phase(state)
+        return state, {**metrics, "train/loss": jnp.int32(1)}
+
+    return wrapped
+
+
+def test_a_hook_of_another_signature_or_changing_a_type_under_every_is_named(small_cfg):
+    with pytest.raises(TypeError, match=r"hook two_args failed when given its phase: .*'extra'"):
+        jre.build(small_cfg, hooks={"train": [two_args]})
+    with pytest.raises(
+        TypeError, match=r"every\(2, loss_as_int\): the hook changes the type .*'train/loss'"
+    ):
+        jre.build(small_cfg, hooks={"train": [jre.every(2, loss_as_int)]})
 
 
 def test_every_applies_the_hook_only_on_epochs_divisible_by_n(small_cfg):
@@ -186,8 +207,29 @@ def test_a_users_own_nan_guard_stops_the_run_naming_its_quantity(engine_guard, t
     engine = jre.build(cfg, hooks=hooks)
     with pytest.raises(jre.NonFiniteError) as info:
         engine.run(engine.init(jax.random.key(0)), run_dir=tmp_path)
-    assert (info.value.phase, info.value.quantity, info.value.epoch) == ("mine", "train/mine", 3)
+    error = info.value
+    assert (error.phase, error.guard, error.quantity, error.epoch) == (
+        "train",
+        "mine",
+        "train/mine",
+        3,
+    )
+    assert "in phase 'train' (nan_guard 'mine'), quantity 'train/mine', epoch 3" in str(error)
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_users_nan_guard_skips_what_is_nan_by_meaning(tmp_path):
+    """Episode statistics before the first episode ends, and an off-policy train phase's
+    metrics while it idles before `learning_starts`, are NaN by meaning, for a guard of the
+    user's as for the engine's."""
+    dqn = ["algo.name=dqn", "algo.learning_starts=128", "algo.buffer_size=512"]
+    small = [o for o in SMALL if o not in ("algo.num_minibatches=2", "algo.update_epochs=2")]
+    cfg = jre.load_config(None, [*small, *dqn, "loggers=[jsonl]", f"run_dir={tmp_path}"])
+    hooks = {name: [jre.nan_guard(f"mine_{name}")] for name in ("rollout", "train")}
+    engine = jre.build(cfg, hooks=hooks)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    assert summary["status"] == "completed"
+    assert np.isnan(summary["records"][0]["train/loss"])  # (idle: NaN, logged as null)
 
 
 def test_a_users_nan_guard_of_the_engines_name_is_refused(small_cfg):

@@ -344,3 +344,33 @@ def test_a_checkpoint_written_with_the_records_themselves_still_resumes(tmp_path
     engine.run(state)
     assert logged(run_dir) == [1, 2, 3, 4]
     assert (run_dir / "metrics.jsonl").read_text().startswith("".join(x + "\n" for x in lines))
+
+
+def halve_lr(phase):
+    def wrapped(state):
+        state, metrics = phase(state)
+        hp = state.hparams.replace(lr=state.hparams.lr / 2)
+        return state.replace(hparams=hp), {**metrics, "train/my_lr": hp.lr}
+
+    return wrapped
+
+
+def test_a_resume_keeps_hyperparameters_a_hook_changed_unless_overridden(tmp_path, capsys):
+    """A hook that anneals `state.hparams` resumes exactly (the checkpoint's values, not the
+    config's); an override of the key applies from the resumed epoch on."""
+    hooks = {"train": [halve_lr]}
+    cfg = small_config("name=straight", tmp_path=tmp_path)  # 4 epochs
+    engine = jre.build(cfg, hooks=hooks)
+    straight, _ = engine.run(engine.init(jax.random.key(0)))
+    cfg = small_config("name=split", "save_interval=2", tmp_path=tmp_path)
+    engine = jre.build(cfg, hooks=hooks)
+    engine.run(engine.init(jax.random.key(0)), num_epochs=2)
+    engine, state = resume(tmp_path / "split", hooks=hooks)
+    assert "hyperparameters as the checkpoint has them: algo.lr=" in capsys.readouterr().err
+    resumed, _ = engine.run(state)
+    for a, b in zip(jax.tree.leaves(straight.train), jax.tree.leaves(resumed.train), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    engine, state = resume(tmp_path / "split", ["algo.lr=0.125"], hooks=hooks)
+    assert float(state.hparams.lr) == 0.125
+    with pytest.warns(UserWarning, match=r"trained with hooks on train, which this resume lacks"):
+        resume(tmp_path / "split")  # (the CLI's `--resume` cannot pass them)

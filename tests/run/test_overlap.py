@@ -121,10 +121,21 @@ def test_an_overlapped_gymnax_run_resumes_exactly(algo, tmp_path):
     leaves_equal(got, want)
 
 
-def test_off_policy_overlap_with_a_hooked_rollout_is_refused(tmp_path):
-    cfg = jre.load_config(None, ["total_env_steps=2048", *DQN, *OVERLAP, f"run_dir={tmp_path}"])
-    with pytest.raises(jre.ConfigError, match="hooked rollout phase would not run"):
+@pytest.mark.parametrize(
+    "algo, said",
+    [
+        (DQN, "hooked rollout phase would not run"),
+        # (the actor's copy of the state: `every` would fire on every rollout of a chunk)
+        ([], "would see that chunk's counters and hyperparameters"),
+    ],
+)
+def test_overlap_with_a_hooked_or_replaced_rollout_is_refused(tmp_path, algo, said):
+    cfg = jre.load_config(None, ["total_env_steps=2048", *algo, *OVERLAP, f"run_dir={tmp_path}"])
+    with pytest.raises(jre.ConfigError, match=said):
         jre.build(cfg, hooks={"rollout": [lambda phase: phase]})
+    with pytest.raises(jre.ConfigError, match=said):
+        jre.build(cfg, phases={"rollout": lambda state: (state, {})})
+    jre.build(cfg, hooks={"train": [lambda phase: phase]})  # (the learner's phases: theirs)
 
 
 TWO_DEVICES = """
