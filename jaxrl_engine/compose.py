@@ -182,10 +182,13 @@ def build(
             algorithm = make_algorithm(cfg, env.spec(env.params))
         except ValueError as e:  # the algorithm does not fit the env (e.g. DQN on Pendulum)
             raise ConfigError(str(e)) from None
+    own_rollout = bool((phases or {}).get("rollout") or (hooks or {}).get("rollout"))
     overlap = (
         cfg.env.overlap
         if cfg.env.overlap is not None
-        else (host and algorithm.on_policy) or actor is not None
+        # (the default: on for host envs with on-policy algorithms, unless the user hooks or
+        # replaces the rollout, which the actor cannot run: see below)
+        else (host and algorithm.on_policy and not own_rollout) or actor is not None
     )
     if overlap and cfg.offload and not host and (actor is not None or not algorithm.on_policy):
         raise ConfigError(
@@ -193,7 +196,7 @@ def build(
             "actor on the learner's devices (env.actor_device null): the offload placement "
             "moves state onto the learner's mesh"
         )
-    if overlap and ((phases or {}).get("rollout") or (hooks or {}).get("rollout")):
+    if overlap and own_rollout:
         why = (
             "splits rollout into the actor's collection and the learner's replay-buffer write, "
             "so a replaced or hooked rollout phase would not run"
@@ -204,8 +207,8 @@ def build(
             "be dropped"
         )
         raise ConfigError(
-            f"env.overlap (on by default for host envs with on-policy algorithms) with "
-            f"algo.name={algorithm.name} {why}: set env.overlap=false"
+            f"env.overlap with algo.name={algorithm.name} {why}: set env.overlap=false"
+            + (" (and env.actor_device=null)" if actor is not None else "")
         )
     try:
         engine = Engine(

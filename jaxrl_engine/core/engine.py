@@ -410,6 +410,16 @@ class Engine:
         kinds = {s.memory_kind for s in jax.tree.leaves(self.state_sharding)}
         self.host_between_epochs = "pinned_host" in kinds
         check_state_fits(self.state_shape, self.state_sharding)  # before anything is compiled
+        if (hooks or {}).get("evaluate"):  # (its metrics join the epoch's last record)
+            evaluated = jax.eval_shape(self.pure_phases["evaluate"], self.state_shape)[1]
+            epoch = jax.eval_shape(self.pure_epoch, self.state_shape)[1]
+            clash = sorted(k for k in evaluated if k.startswith("guard/") and k in epoch)
+            if clash:
+                raise ValueError(
+                    f"the nan_guard {clash[0].removeprefix('guard/')!r} guards the evaluate "
+                    "phase and a phase of the epoch, whose metrics join in one record: give "
+                    "each guard its own name"
+                )
         # Donating an input that lives in pinned_host memory corrupts the output buffers on
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
         # donates nothing; the driver drops the old state, which frees it just the same.

@@ -67,13 +67,14 @@ def every(n: int, hook: Hook) -> Hook:
             keys = sorted(set(shapes[0]) | set(shapes[1]))
             ref = {**shapes[1], **shapes[0]}
 
+            def skipped(k: str) -> jax.Array:  # NaN; a guard's "nothing found", -1
+                fill = -1 if k.startswith("guard/") else jnp.nan
+                return jnp.full(ref[k].shape, fill, ref[k].dtype)
+
             def padded(f):
                 def run(s):
                     s, m = f(s)
-                    return s, {
-                        k: m[k] if k in m else jnp.full(ref[k].shape, jnp.nan, ref[k].dtype)
-                        for k in keys
-                    }
+                    return s, {k: m[k] if k in m else skipped(k) for k in keys}
 
                 return run
 

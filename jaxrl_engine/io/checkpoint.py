@@ -59,7 +59,10 @@ from jaxrl_engine.io.config import ALGO_NAMES, config_changes
 if TYPE_CHECKING:
     from jaxrl_engine.core.state import EngineState
 
-FORMAT = 3  # 2: the state carries `hparams`; 3: the metadata carries its `sha256`
+# 2: the state carries `hparams`; 3: the metadata carries its `sha256`; 4: `metrics_log` (the
+# records file's length and SHA-256) instead of `metrics_lines` (its records)
+FORMAT = 4
+READS = (3, 4)
 STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 QUIET_S, DISCARD_S = 1.0, 10.0  # after a failed save: its tmp dir gone for this long, at most
@@ -453,10 +456,15 @@ class Checkpointer:
                 f"checkpoint {str(path)!r} is corrupted or not a jaxrl_engine checkpoint: its "
                 f"metadata lacks {sorted(required - set(meta or {}))} ({str(meta_file)!r})"
             )
-        if meta["format"] != FORMAT:
+        if meta["format"] not in READS:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} has format {meta['format']!r}; this version reads "
-                f"format {FORMAT}"
+                f"formats {', '.join(map(str, READS))}"
+                + (
+                    " (it was written by a newer jaxrl_engine: upgrade to read it)"
+                    if isinstance(meta["format"], int) and meta["format"] > FORMAT
+                    else ""
+                )
             )
         stored = meta.pop("sha256", None)
         try:

@@ -136,8 +136,8 @@ class EnvConfig(Strict):
     overlap: bool | None = Field(
         None,
         description="an actor thread collects the next rollout while the learner trains on the "
-        "last one (policy lag 1); null: on for host suites with on-policy algorithms, or with "
-        "env.actor_device; else off",
+        "last one (policy lag 1); null: on for host suites with on-policy algorithms (unless "
+        "the rollout phase is hooked or replaced), or with env.actor_device; else off",
     )
     actor_device: int | None = Field(
         None,

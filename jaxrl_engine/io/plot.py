@@ -196,16 +196,6 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
         for run in runs
     ]
     steps = sorted(set.intersection(*(set(s) for s in series)))
-    shortest = min(range(len(runs)), key=lambda i: max(series[i], default=0))
-    dropped = {x for s in series for x in s if x > max(steps, default=0)}
-    if dropped and len(runs) > 1:  # (a run not finished, or one evaluated on another schedule)
-        warnings.warn(
-            f"curve {label!r}: {str(runs[shortest].path)!r} ends at "
-            f"{max(series[shortest], default=0):,} env steps, so the curve of its "
-            f"{len(runs)} runs stops there ({len(dropped)} later points of the others are not "
-            "shown: plot those runs without it to see them)",
-            stacklevel=2,
-        )
     for run, points in zip(runs, series, strict=True):
         if not points:
             logged = sorted({k for r in run.records for k in r} - {"epoch", "env_steps", "wall_s"})
@@ -216,6 +206,16 @@ def curve(label: str, runs: list[Run], metric: str = EVAL_RETURN) -> Curve:
     if not steps:
         raise ValueError(
             f"runs {[str(r.path) for r in runs]} have no common env steps with {metric!r}"
+        )
+    shortest = min(range(len(runs)), key=lambda i: max(series[i], default=0))
+    dropped = {x for s in series for x in s if x > max(steps, default=0)}
+    if dropped and len(runs) > 1:  # (a run not finished, or one evaluated on another schedule)
+        warnings.warn(
+            f"curve {label!r}: {str(runs[shortest].path)!r} ends at "
+            f"{max(series[shortest], default=0):,} env steps, so the curve of its "
+            f"{len(runs)} runs stops there ({len(dropped)} later points of the others are not "
+            "shown: plot those runs without it to see them)",
+            stacklevel=2,
         )
     values = np.array([[s[x][1] for x in steps] for s in series], dtype=float)
     wall = np.array([[s[x][0] for x in steps] for s in series], dtype=float)

@@ -239,13 +239,13 @@ class RunDir:
                     if _epoch_of(line) <= first
                 ]
             wanted = "".join(line + "\n" for line in restored)
-            if self.writer and (metrics_text(path) if path.is_file() else "") != wanted:
+            if self.writer and (path.read_bytes() if path.is_file() else b"") != wanted.encode():
                 write_metrics_lines(self.path, restored)
             raw = wanted.encode("utf-8")
             self._log_bytes, self._log_records = len(raw), len(restored)
             self._log_hash = hashlib.sha256(raw)
             last = json.loads(restored[-1]) if restored else None
-            evals = (line for line in reversed(restored) if EVAL_KEY in line)
+            evals = (line for line in reversed(restored) if _evaluated(line))
             last_eval = json.loads(next(evals, "null"))
         if self.writer:
             self._metrics = open_append(path)
@@ -352,6 +352,18 @@ def read_summary(run: Path) -> dict[str, Any] | None:
 EVAL_KEY = '"evaluate/episode_return"'  # (in a record's line: it holds an evaluation)
 
 
+def _evaluated(line: str) -> bool:
+    """Whether a record's line holds an evaluation's return (a number, not null)."""
+    if EVAL_KEY not in line:
+        return False
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    value = record.get(EVAL_KEY.strip('"')) if isinstance(record, dict) else None
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _matching_prefix(path: Path, mark: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(last record, last record with an evaluation, SHA-256 state) of the first
     `mark["bytes"]` bytes of `path` when they hash to `mark["sha256"]`; None when not (or
@@ -366,13 +378,17 @@ def _matching_prefix(path: Path, mark: dict[str, Any]) -> tuple[Any, Any, Any] |
                 digest.update(raw)
                 size += len(raw)
                 last = raw
-                if key in raw:
+                if key in raw and _evaluated(raw.decode("utf-8", errors="replace")):
                     last_eval = raw
     except OSError:
         return None
     if size != mark["bytes"] or digest.hexdigest() != mark["sha256"]:
         return None
-    return json.loads(last), json.loads(last_eval), digest
+
+    def parse(raw: bytes) -> Any:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+
+    return parse(last), parse(last_eval), digest
 
 
 def _epoch_of(line: str) -> float:

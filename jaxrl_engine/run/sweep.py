@@ -82,12 +82,16 @@ class MemberRun:
     epochs: int = 0
     status: str = "running"
     error: str | None = None
+    wall_offset: float = 0.0  # a resumed member's last record's wall_s: its time counts on
 
     def open(self, first: int, error: str | None) -> None:
         """config.yaml, and metrics.jsonl put back to its records through epoch `first`
         (`error`: why nan_guard stopped it before, when it did)."""
         last, last_eval = self.out.open_logs(first)
         self.epochs = int(last["epoch"]) if last else 0
+        wall = last.get("wall_s") if last else None
+        if isinstance(wall, int | float) and math.isfinite(wall):
+            self.wall_offset = float(wall)
         if last_eval is not None and isinstance(
             last_eval.get("evaluate/episode_return"), int | float
         ):
@@ -535,7 +539,7 @@ class SweepDriver:
                     {
                         "epoch": epoch,
                         "env_steps": epoch * engine.steps_per_epoch,
-                        "wall_s": wall_s,
+                        "wall_s": run.wall_offset + wall_s,
                         **{
                             k: float(np.asarray(v))
                             for k, v in metrics.items()

@@ -232,6 +232,21 @@ def test_a_users_nan_guard_skips_what_is_nan_by_meaning(tmp_path):
     assert np.isnan(summary["records"][0]["train/loss"])  # (idle: NaN, logged as null)
 
 
+def test_a_guard_name_on_evaluate_and_an_epoch_phase_is_refused_and_every_pads_guards(
+    tmp_path,
+):
+    """Evaluation's metrics join the epoch's last record: one guard name on both would hide
+    a fired guard. Under `every`, a guard's skipped epochs read -1 (found nothing)."""
+    cfg = small_config("nan_guard=false", "loggers=[jsonl]", tmp_path=tmp_path)
+    with pytest.raises(ValueError, match="'mine' guards the evaluate phase and a phase of"):
+        jre.build(cfg, hooks={name: [jre.nan_guard("mine")] for name in ("train", "evaluate")})
+    engine = jre.build(cfg, hooks={"train": [jre.every(2, jre.nan_guard("mine"))]})
+    state = engine.init(jax.random.key(0))
+    for _ in range(2):  # (epoch 1 guarded, epoch 2 skipped)
+        state, metrics = engine.epoch(state)
+        assert int(metrics["guard/mine"]) == -1
+
+
 def test_a_users_nan_guard_of_the_engines_name_is_refused(small_cfg):
     with pytest.raises(ValueError, match=r"already reports 'guard/train'.*another name"):
         jre.build(small_cfg, hooks={"train": [jre.nan_guard("train")]})  # (traced at build)

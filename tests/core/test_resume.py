@@ -122,6 +122,7 @@ def assert_same_final_state(run_a: Path, run_b: Path, overrides: list[str]) -> N
     for (path, dtype_a, bytes_a), (_, dtype_b, bytes_b) in zip(leaves_a, leaves_b, strict=True):
         assert dtype_a == dtype_b and bytes_a == bytes_b, f"{path} differs"
     assert info_a.metrics_log["records"] == info_b.metrics_log["records"] == 10
+    assert without_timing(records(run_a)[:10]) == without_timing(records(run_b)[:10])
 
 
 @pytest.fixture(scope="module")

@@ -335,7 +335,7 @@ def test_a_checkpoint_written_with_the_records_themselves_still_resumes(tmp_path
     meta_path = Checkpointer(run_dir / "checkpoints", read_only=True).meta_file(3)
     meta = json.loads(meta_path.read_text())
     del meta["metrics_log"], meta["sha256"]
-    meta["metrics_lines"] = lines
+    meta["metrics_lines"], meta["format"] = lines, 3  # (as earlier versions wrote it)
     canonical = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
     meta["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
     meta_path.write_text(json.dumps(meta))
@@ -374,3 +374,28 @@ def test_a_resume_keeps_hyperparameters_a_hook_changed_unless_overridden(tmp_pat
     assert float(state.hparams.lr) == 0.125
     with pytest.warns(UserWarning, match=r"trained with hooks on train, which this resume lacks"):
         resume(tmp_path / "split")  # (the CLI's `--resume` cannot pass them)
+
+
+def test_open_logs_keeps_the_last_numeric_evaluation_and_counts_the_files_bytes(tmp_path):
+    """On resume: the last evaluation is the last with a number (not one logged as null), by
+    the checkpoint's mark and by the fallback; a kept line whose bytes are not UTF-8 is
+    rewritten, so the mark the run records next is the file's own."""
+    from jaxrl_engine.run.run_dir import RunDir
+
+    cfg = small_config("loggers=[jsonl]", tmp_path=tmp_path)
+    lines = [
+        b'{"epoch": 1, "evaluate/episode_return": 5.0, "note": "\xff"}\n',
+        b'{"epoch": 2, "evaluate/episode_return": null}\n',
+    ]
+    text = b"".join(lines)
+    mark = {"bytes": len(text), "sha256": hashlib.sha256(text).hexdigest(), "records": 2}
+    for given in (mark, None):
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / "metrics.jsonl").write_bytes(text)
+        out = RunDir(tmp_path / "run", cfg)
+        last, last_eval = out.open_logs(2, mark=given)
+        assert last["epoch"] == 2 and last_eval["epoch"] == 1
+        stored = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+        assert out.metrics_mark()["bytes"] == len(stored)
+        assert out.metrics_mark()["sha256"] == hashlib.sha256(stored).hexdigest()
+        out.close()

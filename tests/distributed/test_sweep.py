@@ -187,6 +187,8 @@ def test_resume_equals_the_uninterrupted_sweep(swept, tmp_path):
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         assert without_wall(records(ours)) == without_wall(records(theirs))
+        walls = [r["wall_s"] for r in records(ours)]
+        assert walls == sorted(walls)  # (a resumed member's time counts on)
     assert (tmp_path / "grid" / "sweep.csv").read_text() == (root / "sweep.csv").read_text()
     # Resuming the finished sweep again returns its summary and rewrites nothing.
     stored = (tmp_path / "grid" / "summary.json").read_text()

@@ -179,10 +179,17 @@ def test_a_leaf_without_a_crc_needs_its_sharding_independent_sum64():
     assert "do not match their CRC-32" in problem({"path": ".x", "crc32": crc + 1}, array)
 
 
-def test_a_format_2_checkpoint_is_refused(engine, states, tmp_path):
+@pytest.mark.parametrize(
+    "format, said",
+    [
+        (2, r"has format 2; this version reads formats 3, 4$"),
+        (5, "written by a newer jaxrl_engine"),
+    ],
+)
+def test_a_checkpoint_of_another_format_is_refused(engine, states, tmp_path, format, said):
     checkpoints = saved(engine, states, tmp_path, 1)
-    edit_meta(tmp_path, 1, lambda meta: (meta.update(format=2), meta.pop("sha256", None)))
-    with pytest.raises(CheckpointError, match="has format 2; this version reads format 3"):
+    edit_meta(tmp_path, 1, lambda meta: (meta.update(format=format), meta.pop("sha256", None)))
+    with pytest.raises(CheckpointError, match=said):
         checkpoints.info()
 
 
@@ -192,7 +199,7 @@ def test_the_metadata_is_strict_json_with_its_checksum(engine, states, tmp_path)
         meta_file(tmp_path, 1).read_text(),
         parse_constant=lambda token: pytest.fail(f"non-JSON token {token}"),
     )
-    assert meta["format"] == 3 and len(meta["sha256"]) == 64
+    assert meta["format"] == 4 and len(meta["sha256"]) == 64
     assert all(type(leaf["crc32"]) is int for leaf in meta["leaves"])
 
 

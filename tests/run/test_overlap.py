@@ -138,6 +138,14 @@ def test_overlap_with_a_hooked_or_replaced_rollout_is_refused(tmp_path, algo, sa
     jre.build(cfg, hooks={"train": [lambda phase: phase]})  # (the learner's phases: theirs)
 
 
+def test_overlap_by_default_gives_way_to_a_hooked_rollout(tmp_path):
+    """On by default for a host env with PPO; off (not refused) when the user hooks the
+    rollout, which the actor could not run."""
+    cfg = jre.load_config(None, ["env.suite=gymnasium", "loggers=[jsonl]", f"run_dir={tmp_path}"])
+    assert jre.build(cfg).driver.overlap
+    assert not jre.build(cfg, hooks={"rollout": [lambda phase: phase]}).driver.overlap
+
+
 TWO_DEVICES = """
 import json, jax, numpy as np
 import jaxrl_engine as jre
