@@ -8,6 +8,7 @@ replace any phase (`phases={"update_dataset": my_phase}`) and add hooks per phas
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -55,6 +56,26 @@ from jaxrl_engine.core.warm_up import (
 # The driver runs the epochs between two evaluations (or checkpoints) as one compiled call, as
 # Brax's training loop does; at most this many, so progress and Ctrl-C stay responsive.
 MAX_EPOCHS_PER_CALL = 64
+
+
+def _check_phase_signature(name: str, fn: Any) -> None:
+    """A phase of the user's is `state -> (state, metrics)`: one taking other arguments is
+    refused at build, naming it (it would fail only when compiled)."""
+    if not callable(fn):
+        raise TypeError(
+            f"phases[{name!r}] is {fn!r}: a phase is a function state -> (state, metrics)"
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # (a builtin or C function: nothing to check)
+        return
+    try:
+        signature.bind(None)
+    except TypeError as e:
+        raise TypeError(
+            f"phases[{name!r}] ({getattr(fn, '__name__', type(fn).__name__)}) cannot be called "
+            f"with the state alone: {e}; a phase is a function state -> (state, metrics)"
+        ) from None
 
 
 def _checked(name: str, phase: Phase) -> Phase:
@@ -353,6 +374,8 @@ class Engine:
         unknown = sorted(set(phases or {}) - set(PHASES))
         if unknown:
             raise ValueError(f"phases given for unknown phase(s) {unknown}; phases: {PHASES}")
+        for name, fn in (phases or {}).items():
+            _check_phase_signature(name, fn)
         self.raw_phases: dict[str, Phase] = {**self.builder.phases(), **(phases or {})}
         # Order (innermost first): nan_guard checks what the phase itself computes (its metrics,
         # observations, params); then the offload placement; then the user's hooks, whose own

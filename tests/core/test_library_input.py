@@ -124,6 +124,24 @@ def test_a_replaced_phase_that_changes_the_states_shapes_is_named(built):
         bad.warm_up(state, phases=["epochs"])  # (named, not 'epochs failed to compile')
 
 
+def test_a_replaced_phase_of_another_signature_is_refused_at_build(built):
+    cfg, engine, _, _ = built
+    for phase, said in [
+        (lambda state, extra: (state, {}), r"cannot be called with the state alone"),
+        (lambda: None, r"cannot be called with the state alone"),
+        ("update", r"is 'update': a phase is a function"),
+    ]:
+        with pytest.raises(TypeError, match=rf"phases\['update_dataset'\].*{said}"):
+            jre.build(cfg, env=engine.env, algorithm=engine.algo, phases={"update_dataset": phase})
+    ok = jre.build(  # (extra arguments with defaults, and *args, are fine)
+        cfg,
+        env=engine.env,
+        algorithm=engine.algo,
+        phases={"update_dataset": lambda s, k=1: (s, {})},
+    )
+    assert ok.raw_phases["update_dataset"] is not None
+
+
 def test_a_policy_names_the_observation_shape_it_takes(built):
     _, engine, state, _ = built
     policy = jre.make_policy((engine, state))
