@@ -22,8 +22,8 @@ from jaxrl_engine.core.batching import one_key_at_a_time
 from jaxrl_engine.core.hooks import Hook, chain
 from jaxrl_engine.core.memory import check_state_fits
 from jaxrl_engine.core.nan_guard import (
+    GUARD_ORDER,
     GUARDED_STATE,
-    MAY_BE_NAN,
     GuardNames,
 )
 from jaxrl_engine.core.nan_guard import nan_guard as guard_hook
@@ -384,7 +384,7 @@ class Engine:
         for name in PHASES:
             if nan_guard:
                 guarded = GUARDED_STATE.get(name, ())
-                self.phase_hooks[name].append(guard_hook(name, guarded, skip=MAY_BE_NAN))
+                self.phase_hooks[name].append(guard_hook(name, guarded))
             if offload:
                 self.phase_hooks[name].extend(placement_hooks(name, self.mesh))
         if hooks is not None and not isinstance(hooks, Mapping):
@@ -618,9 +618,8 @@ class Engine:
         """Per guard name, the quantities behind its `guard/<name>` index (see `nan_guard`): the
         engine's guards and any in the user's hooks; phases are traced for them only when a
         guard has fired (`GuardNames`)."""
-        phases = [*EPOCH_PHASES, "evaluate"]
         return GuardNames(
-            phases, lambda name: jax.eval_shape(self.pure_phases[name], self.state_shape)
+            GUARD_ORDER, lambda name: jax.eval_shape(self.pure_phases[name], self.state_shape)
         )
 
     def warm_up(

@@ -26,7 +26,7 @@ GUARDED_STATE = {"rollout": ("env.obs",), "train": ("train.params",)}
 MAY_BE_NAN = ("rollout/episode_return", "rollout/episode_length")
 # Which guard names a failure when several fire in one epoch: the epoch's phases in the order
 # they run (a NaN spreads downstream), then evaluation, then guards of other names.
-_ORDER = (*EPOCH_PHASES, "evaluate")
+GUARD_ORDER = (*EPOCH_PHASES, "evaluate")
 # While `recorded_names` traces phases: each nan_guard traced puts its names here.
 _RECORDING: contextvars.ContextVar[dict[str, list[str]] | None] = contextvars.ContextVar(
     "nan_guard_names", default=None
@@ -203,7 +203,9 @@ def check_guards(metrics: dict[str, Any], guarded: Mapping[str, list[str]], epoc
     }
     if not fired:
         return
-    name = min(fired, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    name = min(
+        fired, key=lambda n: (GUARD_ORDER.index(n) if n in GUARD_ORDER else len(GUARD_ORDER), n)
+    )
     index = fired[name]
     names = guarded.get(name)
     quantity = (

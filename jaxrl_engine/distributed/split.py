@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 
-from jaxrl_engine.core.nan_guard import GUARDED_STATE, MAY_BE_NAN, check_guards, nan_guard
+from jaxrl_engine.core.nan_guard import GUARDED_STATE, check_guards, nan_guard
 from jaxrl_engine.core.phases import merge_metrics
 from jaxrl_engine.core.state import EngineState, Metrics
 
@@ -50,7 +50,7 @@ def split_functions(engine: Any) -> tuple[Any, Any]:
 
         run: Any = collect
         if engine.nan_guard:  # the rollout phase's own nan_guard
-            run = nan_guard("rollout", GUARDED_STATE["rollout"], skip=MAY_BE_NAN)(collect)
+            run = nan_guard("rollout", GUARDED_STATE["rollout"])(collect)
         done, metrics = run(None)
         env, stats, trajectory = done.out
         return env, stats, rng, trajectory, metrics

@@ -18,6 +18,8 @@ import jaxrl_engine as jre
 from jaxrl_engine.compose import resume
 from jaxrl_engine.envs.gymnax_env import GymnaxEnv
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
+from jaxrl_engine.run import host_hooks
+from jaxrl_engine.run.run_dir import RunDir
 from tests.conftest import small_config
 
 
@@ -280,8 +282,6 @@ def test_a_damaged_metrics_file_is_kept_to_its_whole_records_with_a_warning(tmp_
 def test_a_failed_write_leaves_metrics_jsonl_at_its_last_whole_record_naming_it(tmp_path):
     """A full disk in the middle of a record: the file is cut back to the records before it,
     and the error names the file."""
-    from jaxrl_engine.run.run_dir import RunDir
-
     out = RunDir(tmp_path / "run", small_config("loggers=[jsonl]", tmp_path=tmp_path))
     out.open_logs(0)
     out.log({"epoch": 1, "x": 1.0})
@@ -303,7 +303,6 @@ def test_a_full_disk_exporting_the_policy_fails_the_run_leaving_no_half_policy(
 ):
     """The summary said "completed" before the export; an export that fails (a full disk)
     makes it "failed" with the error, removes the artefacts it wrote, keeps the checkpoint."""
-    from jaxrl_engine.run import host_hooks
 
     def half_export(engine, params, where):
         where.mkdir(parents=True, exist_ok=True)
@@ -380,8 +379,6 @@ def test_open_logs_keeps_the_last_numeric_evaluation_and_counts_the_files_bytes(
     """On resume: the last evaluation is the last with a number (not one logged as null), by
     the checkpoint's mark and by the fallback; a kept line whose bytes are not UTF-8 is
     rewritten, so the mark the run records next is the file's own."""
-    from jaxrl_engine.run.run_dir import RunDir
-
     cfg = small_config("loggers=[jsonl]", tmp_path=tmp_path)
     lines = [
         b'{"epoch": 1, "evaluate/episode_return": 5.0, "note": "\xff"}\n',
