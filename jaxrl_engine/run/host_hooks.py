@@ -57,6 +57,7 @@ class RunInfo:
     final_eval: float = float("nan")
     final_eval_std: float = float("nan")  # over the last evaluation's episodes
     final_eval_iqm: float = float("nan")
+    final_eval_epoch: int | None = None  # the epoch of that evaluation (None: none yet)
     checkpoint: Path | None = None  # the latest committed checkpoint
     checkpoint_epoch: int = -1
     compile_s: float = 0.0  # compiling in this run call
@@ -106,6 +107,9 @@ class RunInfo:
             "final_eval_return": self.final_eval,
             "final_eval_return_std": self.final_eval_std,
             "final_eval_return_iqm": self.final_eval_iqm,
+            # the epoch it was evaluated after: the last epoch's once a run completes, an
+            # earlier one for a run that stopped (interrupted, failed) between evaluations
+            "final_eval_epoch": self.final_eval_epoch,
             # what final_eval_return is: the mean over this many episodes, greedy or sampled
             "eval_episodes": self.engine.eval_episodes,
             "eval_policy": "deterministic" if self.engine.eval_deterministic else "stochastic",
@@ -175,6 +179,7 @@ def evaluation_of(record: Record) -> tuple[float, float, float]:
 
 def _take_evaluation(run: RunInfo, record: Record) -> None:
     run.final_eval, run.final_eval_std, run.final_eval_iqm = evaluation_of(record)
+    run.final_eval_epoch = int(record["epoch"])
 
 
 class Logging(HostHook):

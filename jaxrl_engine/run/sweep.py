@@ -79,6 +79,7 @@ class MemberRun:
     final_eval: float = float("nan")
     final_eval_std: float = float("nan")
     final_eval_iqm: float = float("nan")
+    final_eval_epoch: int | None = None
     epochs: int = 0
     status: str = "running"
     error: str | None = None
@@ -108,6 +109,7 @@ class MemberRun:
     def _take_evaluation(self, record: dict[str, Any]) -> None:
         """The summary's final evaluation, as a train's: mean, std and IQM over episodes."""
         self.final_eval, self.final_eval_std, self.final_eval_iqm = evaluation_of(record)
+        self.final_eval_epoch = int(record["epoch"])
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -584,6 +586,7 @@ class SweepDriver:
                 "final_eval_return": run.final_eval,
                 "final_eval_return_std": run.final_eval_std,
                 "final_eval_return_iqm": run.final_eval_iqm,
+                "final_eval_epoch": run.final_eval_epoch,
                 "eval_episodes": engine.eval_episodes,
                 "eval_policy": "deterministic" if engine.eval_deterministic else "stochastic",
                 "epochs": run.epochs,

@@ -281,6 +281,7 @@ def test_a_keyboard_interrupt_from_on_epoch_stops_the_run_as_sigint_does(built, 
     assert int(state.counters.epoch) == 2 and engine.num_epochs == 4
     summary = json.loads((tmp_path / "stop" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["epochs"] == 2
+    assert summary["final_eval_epoch"] == 2  # (eval.interval=2), not the run's last epoch, 4
     assert summary["checkpoint"].endswith("epoch_2")
     _, restored = jre.resume(tmp_path / "stop")
     assert int(restored.counters.epoch) == 2

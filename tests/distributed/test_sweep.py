@@ -143,6 +143,7 @@ def test_sweep_csv_table_and_summary(swept):
     own = json.loads((member / "summary.json").read_text())
     for key in ("", "_std", "_iqm"):
         assert own[f"final_eval_return{key}"] == last[f"evaluate/episode_return{key}"]
+    assert own["final_eval_epoch"] == last["epoch"] == own["epochs"]
     assert own["eval_episodes"] == (member_cfg.eval.episodes or member_cfg.eval.num_envs)
     assert own["eval_policy"] == "deterministic"
 

@@ -278,6 +278,7 @@ def test_a_resumed_session_that_trains_nothing_keeps_the_earlier_summary_numbers
     _, summary = engine.run(state)
     assert summary["status"] == "completed"
     assert summary["final_eval_return"] == earlier["final_eval_return"] is not None
+    assert summary["final_eval_epoch"] == summary["epochs"]  # (read back from metrics.jsonl)
     # This call's own rate is not the earlier call's: it trained nothing.
     assert summary["trained_env_steps"] == 0 and summary["steps_per_second"] is None
 
