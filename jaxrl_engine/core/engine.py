@@ -101,7 +101,7 @@ def _checked(name: str, phase: Phase) -> Phase:
                 "dict of scalars ({'train/loss': loss}; {} for none)"
             )
         new, metrics = out[0], out[1]
-        new = strong_types(new)
+        new = strong_types(_numbers_as_given(state, new))
         _check_same_state(name, strong_types(state), new)
         for key, value in metrics.items():
             if np.shape(value) != ():
@@ -112,6 +112,25 @@ def _checked(name: str, phase: Phase) -> Phase:
         return new, metrics
 
     return wrapped
+
+
+def _numbers_as_given(given: EngineState, returned: Any) -> Any:
+    """`returned` with each plain Python number made an array of the given leaf's dtype (a
+    hook's `state.hparams.replace(lr=1e-4)`, as `engine.with_hparams` takes it), where that
+    loses nothing: a float only into a float leaf, an int or bool into any number."""
+    if jax.tree.structure(returned) != jax.tree.structure(given):  # type: ignore[operator]
+        return returned  # (refused by _check_same_state, naming the phase)
+
+    def cast(a: Any, b: Any) -> Any:
+        dtype = getattr(a, "dtype", None)
+        if dtype is None or np.ndim(a) != 0 or not jnp.issubdtype(dtype, jnp.number):
+            return b
+        fits = isinstance(b, bool | int) or (
+            isinstance(b, float) and jnp.issubdtype(dtype, jnp.floating)
+        )
+        return jnp.asarray(b, dtype) if fits else b
+
+    return jax.tree.map(cast, given, returned)
 
 
 def _check_same_state(name: str, given: EngineState, returned: Any) -> None:

@@ -15,6 +15,7 @@ hook. `chain(a, b)(phase) == b(a(phase))`: `a` wraps the phase first, so `b` is 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +53,8 @@ def chain(*hooks: Hook) -> Hook:
 def every(n: int, hook: Hook) -> Hook:
     """Apply `hook` only on epochs where `counters.epoch % n == 0` (`lax.cond`, traced).
 
-    Metrics that only the hooked branch produces are NaN on the other epochs.
+    Metrics that only the hooked branch produces are NaN on the other epochs (an integer or
+    bool one is logged as float32 for that), a `guard/*` metric -1 ("nothing found").
     """
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise ValueError(f"every(n={n!r}, ...): n is a whole number of epochs >= 1")
@@ -66,15 +68,24 @@ def every(n: int, hook: Hook) -> Hook:
             shapes = [jax.eval_shape(f, state)[1] for f in (hooked, phase)]
             keys = sorted(set(shapes[0]) | set(shapes[1]))
             ref = {**shapes[1], **shapes[0]}
+            one_sided = set(shapes[0]) ^ set(shapes[1])
+
+            def dtype(k: str) -> Any:  # an int or bool metric of one branch goes float (NaN)
+                if k in one_sided and not (
+                    k.startswith("guard/") or jnp.issubdtype(ref[k].dtype, jnp.inexact)
+                ):
+                    return jnp.float32
+                return None  # (as it is: a metric of both branches keeps its own type)
 
             def skipped(k: str) -> jax.Array:  # NaN; a guard's "nothing found", -1
                 fill = -1 if k.startswith("guard/") else jnp.nan
-                return jnp.full(ref[k].shape, fill, ref[k].dtype)
+                return jnp.full(ref[k].shape, fill, dtype(k) or ref[k].dtype)
 
             def padded(f):
                 def run(s):
                     s, m = f(s)
-                    return s, {k: m[k] if k in m else skipped(k) for k in keys}
+                    out = {k: m[k] if k in m else skipped(k) for k in keys}
+                    return s, {k: jnp.asarray(v, dtype(k)) for k, v in out.items()}
 
                 return run
 

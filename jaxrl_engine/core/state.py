@@ -102,7 +102,11 @@ def strong_types(tree: Any) -> Any:
     after any phase, so a jitted phase or epoch is not compiled a second time for the state
     it returned (gymnax's `time + 1` and a `done | False` are weakly typed)."""
     return jax.tree.map(
-        lambda x: jax.lax.convert_element_type(x, x.dtype) if jax.typeof(x).weak_type else x,
+        lambda x: (
+            jax.lax.convert_element_type(x, x.dtype)
+            if hasattr(x, "dtype") and jax.typeof(x).weak_type
+            else x  # (a Python number left in a phase's state: refused, naming the phase)
+        ),
         tree,
     )
 

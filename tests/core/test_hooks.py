@@ -56,11 +56,11 @@ def test_empty_chain_is_the_identity():
 
 
 def marked(phase):
-    """Adds `train/marked` = 1.0: whether the hook ran this epoch."""
+    """Adds `train/marked` = 1.0: whether the hook ran this epoch (and an int metric)."""
 
     def wrapped(state):
         state, metrics = phase(state)
-        return state, {**metrics, "train/marked": jnp.float32(1.0)}
+        return state, {**metrics, "train/marked": jnp.float32(1.0), "train/sevens": jnp.int32(7)}
 
     return wrapped
 
@@ -106,6 +106,8 @@ def test_every_applies_the_hook_only_on_epochs_divisible_by_n(small_cfg):
     assert [c for c, _ in seen] == [0, 1, 2, 3]
     assert [v == 1.0 for _, v in seen] == [True, False, True, False]
     assert all(np.isnan(v) for c, v in seen if c % 2)
+    # An int metric of the hook's: NaN on the skipped epochs too (as float32), not -2**31.
+    assert metrics["train/sevens"].dtype == jnp.float32 and np.isnan(metrics["train/sevens"])
 
 
 def test_every_padding_does_not_trip_nan_guard_in_the_driver(small_cfg, tmp_path):
@@ -116,6 +118,7 @@ def test_every_padding_does_not_trip_nan_guard_in_the_driver(small_cfg, tmp_path
     history = history_summary["records"]
     assert [r["epoch"] for r in history] == [1, 2, 3, 4]
     assert [r["train/marked"] == 1.0 for r in history] == [True, False, True, False]
+    assert history[0]["train/sevens"] == 7 and np.isnan(history[1]["train/sevens"])
 
 
 def param_norm(phase):

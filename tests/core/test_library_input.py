@@ -430,3 +430,29 @@ def test_init_compiles_once_for_the_default_and_a_users_hyperparameters(built):
     train = jre.make_train(cfg)
     traced = jax.eval_shape(train, jax.random.key(0), jre.hparams(cfg).replace(gamma=1))[0]
     assert traced.hparams.gamma.dtype == jnp.float32
+
+
+def test_a_hook_may_set_hparams_to_python_numbers_but_not_a_float_into_an_int(built):
+    cfg, engine, _, _ = built
+
+    def low_lr(phase):  # as `engine.with_hparams` takes them: plain numbers
+        def wrapped(state):
+            state, metrics = phase(state)
+            return state.replace(hparams=state.hparams.replace(lr=1e-4, gamma=1)), metrics
+
+        return wrapped
+
+    hooked = jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [low_lr]})
+    after, _ = hooked.epoch(hooked.init(jax.random.key(0)))
+    assert after.hparams.lr.dtype == jnp.float32 and float(after.hparams.lr) == pytest.approx(1e-4)
+    assert after.hparams.gamma.dtype == jnp.float32 and float(after.hparams.gamma) == 1.0
+
+    def half_epoch(phase):
+        def wrapped(state):
+            state, metrics = phase(state)
+            return state.replace(counters=state.counters.replace(epoch=1.5)), metrics
+
+        return wrapped
+
+    with pytest.raises(ValueError, match=r"phase 'train' returned state\.counters\.epoch as float"):
+        jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [half_epoch]})
