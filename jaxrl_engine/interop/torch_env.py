@@ -9,8 +9,10 @@ Such a simulator cannot run inside jit, so `TorchSimRollout` is a host loop arou
 policy step: observations cross torch -> JAX by DLPack (`from_torch`, zero-copy), actions cross
 JAX -> torch the same way (`to_torch`). The jitted step returns its own copy of what the
 trajectory keeps, so a simulator that overwrites its observation tensor in place (IsaacLab
-does) cannot change a stored transition. The other phases are the engine's own (jitted,
-hooked): `update_dataset`, `train`, `sync_weights`.
+does) cannot change a stored transition. The episode statistics are the JAX rollout's
+(`episode_stats` over the trajectory: the same `rollout/*` metrics, and the running per-env
+return and length in `state.stats`, so checkpoints carry them). The other phases are the
+engine's own (jitted, hooked): `update_dataset`, `train`, `sync_weights`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from jaxrl_engine.buffers.rollout import Transition
 from jaxrl_engine.core.hooks import chain
 from jaxrl_engine.core.nan_guard import check_guards
-from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
+from jaxrl_engine.core.phases import EPOCH_PHASES, episode_stats, merge_metrics
 from jaxrl_engine.core.protocols import EnvSpec
 from jaxrl_engine.core.timing import timed
 from jaxrl_engine.interop.dlpack import BridgeReport, from_torch, to_torch
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from jaxrl_engine.core.engine import Engine
-    from jaxrl_engine.core.state import EngineState, Metrics
+    from jaxrl_engine.core.state import EngineState, EpisodeStats, Metrics
 
 
 class TorchBatchSim(Protocol):
@@ -187,10 +189,9 @@ class TorchSimRollout:
         self.report = BridgeReport(keep=False)
         self._obs: torch.Tensor | None = None
         self._outputs_checked = False
-        self._ret: Any = None
-        self._len: Any = None
+        self._fresh = False  # the simulator was reset since the last rollout
         self.act = jax.jit(self._act, static_argnums=3)
-        self.complete = jax.jit(self.algo.complete_trajectory)
+        self.finish = jax.jit(self._finish, static_argnums=3)
         # The engine's rollout hooks (nan_guard, offload placement, user hooks) run eagerly
         # around the host loop, as they run traced around the JAX rollout; the metric names are the
         # JAX rollout's, so nan_guard's indices name the same quantities.
@@ -201,17 +202,32 @@ class TorchSimRollout:
         # `obs + 0` is an XLA output (a new buffer): the stored transition owns its copy.
         return action, extras, obs + 0
 
-    def reset(self) -> None:
-        import torch
+    def _finish(
+        self, params: Any, stats: EpisodeStats, steps: list[Transition], fresh: bool
+    ) -> tuple[EpisodeStats, Transition, Metrics]:
+        """The steps stacked into the `[T, N]` trajectory, the episode statistics advanced over
+        it as the JAX rollout does (`episode_stats`, before `complete_trajectory`), and the
+        trajectory completed. fresh: the simulator was reset before these steps, so every env
+        started a new episode: the running return and length start from 0."""
+        trajectory = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
+        if fresh:
+            stats = stats.replace(
+                current_return=jnp.zeros_like(stats.current_return),
+                current_length=jnp.zeros_like(stats.current_length),
+            )
+        done = trajectory.terminated | trajectory.truncated  # [T, N]
+        stats, metrics = episode_stats(stats, trajectory.reward, done)
+        return stats, self.algo.complete_trajectory(params, trajectory), metrics
 
+    def reset(self) -> None:
+        """Resets the simulator; its envs' episodes (and their running return and length in
+        `state.stats`, at the next rollout) start again."""
         self._obs = self.sim.reset()
-        self._ret = torch.zeros(self.sim.num_envs)
-        self._len = torch.zeros(self.sim.num_envs, dtype=torch.int32)
+        self._fresh = True
 
     def _rollout(self, state: EngineState) -> tuple[EngineState, Metrics]:
-        """`algo.num_steps` host steps; writes the trajectory to `state.buffer`."""
-        import torch
-
+        """`algo.num_steps` host steps; writes the trajectory to `state.buffer` and advances
+        `state.stats` (the JAX rollout's episode statistics and metrics)."""
         if isinstance(state.rng, jax.core.Tracer):  # before the simulator is touched
             raise TypeError(
                 "TorchSimRollout: a rollout hook traced the host rollout (jre.every and other "
@@ -226,7 +242,6 @@ class TorchSimRollout:
         rng, key = jax.random.split(state.rng)
         keys = jax.random.split(key, num_steps)
         steps: list[Transition] = []
-        returns, lengths = [], []
         for t in range(num_steps):
             obs = from_torch(self._obs, report=self.report)
             action, extras, obs_kept = self.act(state.eval_params, obs, keys[t], False)
@@ -235,13 +250,6 @@ class TorchSimRollout:
                 check_sim_step(self.engine.spec, self.sim, out)
                 self._outputs_checked = True
             obs_t, reward, terminated, truncated, info = out
-            done = terminated | truncated
-            self._ret += reward
-            self._len += 1
-            returns.append(self._ret[done].clone())
-            lengths.append(self._len[done].clone())
-            self._ret = torch.where(done, 0.0, self._ret)
-            self._len = torch.where(done, 0, self._len).to(torch.int32)
             steps.append(
                 Transition(
                     obs=obs_kept,
@@ -260,25 +268,18 @@ class TorchSimRollout:
                 )
             )
             self._obs = obs_t
-        trajectory = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
-        trajectory = self.complete(state.eval_params, trajectory)
-        finished = torch.cat(returns)
-        episode_return = float(finished.mean()) if finished.numel() else float("nan")
-        episode_length = float(torch.cat(lengths).float().mean()) if finished.numel() else np.nan
+        stats, trajectory, metrics = self.finish(state.eval_params, state.stats, steps, self._fresh)
+        self._fresh = False
         last_obs = from_torch(self._obs, copy="always", report=self.report)
         state = state.replace(
             env=state.env.replace(
                 obs=last_obs, done=trajectory.terminated[-1] | trajectory.truncated[-1]
             ),
+            stats=stats,
             rng=rng,
         )
         state = self.engine.builder.store(state, trajectory)
-        return state, {
-            "rollout/episode_return": jnp.float32(episode_return),
-            "rollout/episode_length": jnp.float32(episode_length),
-            "rollout/episodes": jnp.int32(finished.numel()),
-            "rollout/reward_mean": trajectory.reward.mean(),
-        }
+        return state, metrics
 
     def epoch(self, state: EngineState) -> tuple[EngineState, Metrics]:
         """Host rollout, then the engine's jitted update_dataset -> train -> sync_weights.

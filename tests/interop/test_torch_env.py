@@ -140,3 +140,103 @@ def test_a_simulator_output_the_engine_cannot_take_is_named(tmp_path, sim, messa
         TorchSimRollout(engine, sim(cfg.env.num_envs)).epoch(state)
     with pytest.raises(ValueError, match=message):  # a fresh simulator for evaluation too
         TorchSimRollout(engine, TorchCartPole(cfg.env.num_envs)).evaluate(state, sim(4), 10)
+
+
+class Countdown:
+    """Env i's episodes last `lengths[i]` steps, reward `i + 1 + t` at its step t (0-based);
+    terminated, or truncated for the envs in `truncate`. Auto-resets, gymnax style."""
+
+    obs_shape = (4,)
+    num_actions = 2
+
+    def __init__(self, lengths, truncate=()):
+        self.num_envs = len(lengths)
+        self.lengths = torch.tensor(lengths)
+        self.truncate = torch.tensor([i in truncate for i in range(self.num_envs)])
+        self.t = torch.zeros(self.num_envs, dtype=torch.int64)
+
+    def _obs(self):
+        return torch.stack([self.t.float(), *[torch.zeros(self.num_envs)] * 3], -1)
+
+    def reset(self):
+        self.t.zero_()
+        return self._obs()
+
+    def step(self, actions):
+        reward = (torch.arange(self.num_envs) + 1 + self.t).float()
+        self.t += 1
+        end = self.t >= self.lengths
+        final = self._obs()
+        self.t = torch.where(end, 0, self.t)
+        return (
+            self._obs(),
+            reward,
+            end & ~self.truncate,
+            end & self.truncate,
+            {"final_observation": final},
+        )
+
+
+def reference_stats(lengths, steps_per_epoch, epochs):
+    """Per epoch (mean return, mean length, episodes ended), NaN before the first end and the
+    last value again in an epoch without one; and the per-env running return and length."""
+    ret, length, last, rows = [0.0] * len(lengths), [0] * len(lengths), (np.nan, np.nan), []
+    for _ in range(epochs):
+        ended = []
+        for _ in range(steps_per_epoch):
+            for i, n in enumerate(lengths):
+                ret[i] += i + 1 + length[i]
+                length[i] += 1
+                if length[i] == n:
+                    ended.append((ret[i], length[i]))
+                    ret[i], length[i] = 0.0, 0
+        if ended:
+            last = (np.mean([r for r, _ in ended]), np.mean([n for _, n in ended]))
+        rows.append((*last, len(ended)))
+    return rows, ret, length
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory):
+    cfg = small_config(
+        "env.num_envs=2",
+        "algo.num_steps=2",
+        "algo.num_minibatches=1",
+        "algo.update_epochs=1",
+        tmp_path=tmp_path_factory.mktemp("tiny"),
+    )
+    return jre.build(cfg)
+
+
+def test_host_rollout_episode_statistics_are_the_jax_rollouts_and_live_in_the_state(tiny_engine):
+    """Were host-side: NaN in every epoch where no episode ended (README: the last value again),
+    `state.stats` never advanced, and the running return was not in the state (a checkpoint
+    lost the partial episodes)."""
+    lengths, epochs = [3, 5], 6
+    rollout = TorchSimRollout(tiny_engine, Countdown(lengths, truncate=(1,)))
+    state = tiny_engine.init(jax.random.key(0))
+    rows, ret, length = reference_stats(lengths, tiny_engine.num_steps, epochs)
+    got: list[tuple[float, float, int]] = []
+    for _ in range(epochs):
+        state, m = rollout.rollout(state)  # the hooked host rollout: no training
+        ended = int(m["rollout/episodes"])
+        got.append((float(m["rollout/episode_return"]), float(m["rollout/episode_length"]), ended))
+        assert float(state.stats.last_return) == pytest.approx(got[-1][0], nan_ok=True)
+    np.testing.assert_allclose(np.array(got), np.array(rows), equal_nan=True)
+    assert np.isnan(got[0][:2]).all() and got[0][2] == 0  # NaN before the first end
+    assert got[3] == (*got[2][:2], 0)  # none ended in epoch 4: epoch 3's values again
+    assert int(state.stats.episodes) == sum(row[2] for row in rows)
+    np.testing.assert_allclose(np.asarray(state.stats.current_return), ret)
+    np.testing.assert_array_equal(np.asarray(state.stats.current_length), length)
+
+
+def test_a_fresh_simulator_starts_the_running_episode_statistics_again(tiny_engine):
+    """A state carried (or resumed) into a new TorchSimRollout: its simulator is reset, so the
+    carried running return and length restart with its episodes."""
+    state = tiny_engine.init(jax.random.key(0))
+    state, _ = TorchSimRollout(tiny_engine, Countdown([3, 5])).rollout(state)  # 2 steps, no end
+    assert np.asarray(state.stats.current_length).tolist() == [2, 2]
+    state, metrics = TorchSimRollout(tiny_engine, Countdown([3, 5])).rollout(state)
+    assert int(metrics["rollout/episodes"]) == 0  # would be env 0 ending at a carried step 3
+    assert np.asarray(state.stats.current_length).tolist() == [2, 2]
+    np.testing.assert_allclose(np.asarray(state.stats.current_return), [1 + 2, 2 + 3])
