@@ -44,8 +44,10 @@ from jaxrl_engine.io.config import (
     config_from_dict,
     parse_override,
 )
+from jaxrl_engine.io.files import RunDirError
 from jaxrl_engine.run.driver import Driver
 from jaxrl_engine.run.host_hooks import HostHook
+from jaxrl_engine.run.run_dir import RunLock
 from jaxrl_engine.run.sweep import SPEC_FILE, Group, SweepDriver
 
 
@@ -359,6 +361,7 @@ def resume(
             f"cannot resume {str(path)!r} as a run: it is a sweep's directory; continue the "
             f"sweep with jre.resume_sweep({str(path)!r}) (`jaxrl-engine sweep --resume {path}`)"
         )
+    _refuse_in_use(path)
     if not (path / "checkpoints").is_dir():
         raise CheckpointError(
             f"cannot resume: {str(path)!r} has no checkpoints/ "
@@ -471,6 +474,18 @@ def resume(
     return engine, state
 
 
+def _refuse_in_use(path: Path) -> None:
+    """`RunDirError` when a run (or sweep) of `path` is going on now: its checkpoints are
+    still being written, and the resume would fail later (or read one being rotated away)."""
+    holder = RunLock(path).holder()
+    if holder is not None:
+        raise RunDirError(
+            f"cannot resume {str(path)!r}: it is in use by another run (pid {holder}), which "
+            "is still training it; wait for it to end, or stop it (Ctrl-C or SIGTERM: it "
+            "checkpoints) and resume then"
+        )
+
+
 def _resumed_hparams(
     engine: Engine, state: EngineState, stored: dict[str, Any], resolved: dict[str, Any]
 ) -> tuple[EngineState, list[str]]:
@@ -539,6 +554,7 @@ def resume_sweep(
         raise CheckpointError(
             f"cannot resume: {str(path)!r} is not a sweep directory (no {SPEC_FILE})"
         )
+    _refuse_in_use(path)
     try:
         spec = json.loads(spec_file.read_text())
         stored = {**spec["config"], "name": path.name, "run_dir": str(path.parent)}

@@ -32,7 +32,7 @@ from jaxrl_engine.export.policy import (
     load_exported,
     load_params,
 )
-from jaxrl_engine.io.checkpoint import Checkpointer
+from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import ALGO_NAMES, read_config
 from jaxrl_engine.io.files import check_no_symlinks
 from jaxrl_engine.io.plot import not_a_sweep
@@ -103,6 +103,9 @@ def _overrides(factory: str | None) -> list[str]:
     return QUIET + ([] if factory is None else [f"algo.torch_policy.factory={factory}"])
 
 
+PRUNED_RETRIES = 3  # reads of a newer latest checkpoint when the one read was pruned
+
+
 def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineState]:
     """(engine, state) of the run's latest checkpoint; the engine from its stored config."""
     if not (run / "checkpoints").is_dir():
@@ -115,22 +118,38 @@ def _checkpoint_params(run: Path, factory: str | None) -> tuple[Engine, EngineSt
         )
         raise ExportError(f"{run} has no checkpoints/ to read a policy from{where}")
     checkpoints = Checkpointer(run / "checkpoints", read_only=True)
+    built: dict[str, Engine] = {}  # (by config: a retry reads a checkpoint of the same)
     try:
-        info = checkpoints.info()
-        raw = {**info.config, "name": run.name, "run_dir": str(run.parent)}
-        cfg = config_from_run(
-            raw, _overrides(factory), source=f"checkpoint {str(info.path)!r}", how=FACTORY_HINT
-        )
-        engine = build(cfg)
-        state, _ = checkpoints.restore(
-            engine,
-            info.epoch,
-            config=cfg.model_dump(mode="json"),
-            hparams=hparams_arrays(engine.hparams),
-        )
+        for attempt in range(PRUNED_RETRIES + 1):
+            epoch = checkpoints.latest()
+            try:
+                info = checkpoints.info(epoch)
+                raw = {**info.config, "name": run.name, "run_dir": str(run.parent)}
+                cfg = config_from_run(
+                    raw,
+                    _overrides(factory),
+                    source=f"checkpoint {str(info.path)!r}",
+                    how=FACTORY_HINT,
+                )
+                key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+                if key not in built:
+                    built[key] = build(cfg)
+                engine = built[key]
+                state, _ = checkpoints.restore(
+                    engine,
+                    info.epoch,
+                    config=cfg.model_dump(mode="json"),
+                    hparams=hparams_arrays(engine.hparams),
+                )
+                return engine, state
+            except (CheckpointError, OSError):
+                # A run still training removes its older checkpoints (keep_checkpoints): the
+                # latest when listed may be gone by the time it is read; the newer one is read
+                if epoch is None or attempt == PRUNED_RETRIES or epoch in checkpoints.epochs():
+                    raise
     finally:
         checkpoints.close()
-    return engine, state
+    raise AssertionError("unreachable")  # (the loop returns or raises)
 
 
 def make_policy(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine.export.policy import ExportError
+from jaxrl_engine.io.checkpoint import Checkpointer
 from tests.conftest import small_config
 
 
@@ -42,6 +45,29 @@ def test_policy_from_a_run_directory_acts_like_the_trained_one(trained):
         policy = jre.make_policy(run_dir, checkpoint=checkpoint)
         np.testing.assert_array_equal(np.asarray(jax.jit(policy)(obs)), want)
         assert np.asarray(policy(obs[:0])).shape == (0, *want.shape[1:])  # an empty batch
+
+
+def test_a_checkpoint_pruned_while_read_gives_the_newer_latest(trained, tmp_path, monkeypatch):
+    # A run still training deletes its older checkpoints (keep_checkpoints) as it saves: the
+    # latest one listed may be gone when read
+    engine, state, run_dir = trained
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    listed = []
+    real_latest = Checkpointer.latest
+
+    def listed_before_the_writer_pruned(self):
+        listed.append(real_latest(self))
+        if len(listed) == 1:
+            shutil.rmtree(self.path_of(2))  # epoch 2 was the latest when listed, then pruned
+            return 2
+        return listed[-1]
+
+    monkeypatch.setattr(Checkpointer, "latest", listed_before_the_writer_pruned)
+    policy = jre.make_policy(run, checkpoint=True)
+    assert listed == [4, 4]
+    obs = np.asarray(state.env.obs)
+    np.testing.assert_array_equal(np.asarray(policy(obs)), evaluate_action(engine, state, obs))
 
 
 def test_a_stochastic_policy_needs_a_key_and_samples(trained):

@@ -340,7 +340,7 @@ class Driver:
                 # A signal from here on lets the end of the run (checkpoint, summary, export)
                 # finish: the run is complete (or paused where `num_epochs` asked to stop early).
                 run.train_end = time.perf_counter()
-                ending = True
+                ending = stop.ending = True
                 self._end(run, state, hooks, end_status(run.done, engine.num_epochs))
             failed = False
         except TrainingInterrupted:

@@ -146,6 +146,23 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def holder(self) -> str | None:
+        """Who holds the lock now, without taking it: the holder's pid ("unknown" when the
+        file does not say), None when nobody does (no lock file, or one left by a run that
+        ended)."""
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # (none; or a symlink, which acquiring refuses)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _pid_in(fd)
+            return str(pid) if pid is not None else "unknown"
+        finally:
+            os.close(fd)  # (closing the only descriptor releases a shared lock taken here)
+        return None
+
     def release(self) -> None:
         if self._fd is None:
             return
@@ -215,8 +232,10 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if self.writer:
             atomic_write(self.path / "config.yaml", dump_config(self.cfg))
-            if first == 0:  # a fresh run (or one started over) shows nothing of another; a
-                # resume keeps its failing batches (the evidence of a failure)
+            if first == 0:  # a fresh run (or one started over) shows nothing of another
+                # (no summary of the run it replaces: stopped before its first checkpoint, it
+                # is not that run); a resume keeps its failing batches (a failure's evidence)
+                (self.path / "summary.json").unlink(missing_ok=True)
                 clear_outputs(self.path)
         found = _matching_prefix(path, mark) if mark is not None and first > 0 else None
         if found is not None and mark is not None:

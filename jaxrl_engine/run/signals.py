@@ -31,6 +31,9 @@ class StopSignal:
         # Nothing trained yet (a sweep compiling its first program): the signal then ends the
         # start-up, as the CLI's `stop_before_training` handler does, and says so.
         self.starting = False
+        # Every epoch trained (the run's end: checkpoint, summary, export): a signal lets it
+        # finish, and says so
+        self.ending = False
 
     def agreed(self) -> str | None:
         """The signal this process or any other of the job got (None: none did), so that
@@ -59,6 +62,15 @@ class StopSignal:
                     print(
                         f"\njaxrl-engine: {self.signame}: stopping before training starts "
                         "(after the current step: compilation); send it again to exit at once",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
+                if self.ending:
+                    print(
+                        f"\njaxrl-engine: {self.signame}: the run has trained its last epoch; "
+                        "its checkpoint, summary and export finish first; send it again to "
+                        "exit at once",
                         file=sys.stderr,
                         flush=True,
                     )

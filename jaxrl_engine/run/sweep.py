@@ -48,6 +48,7 @@ from jaxrl_engine.run.host_hooks import eval_text, evaluation_of
 from jaxrl_engine.run.run_dir import (
     LOCK_FILE,
     RunDir,
+    RunLock,
     clear_run_files,
     end_status,
     epochs_asked,
@@ -216,6 +217,7 @@ class SweepDriver:
         checkpoints: list[Checkpointer | None] = []
         try:
             try:
+                self._check_members()
                 for group in self.groups:
                     checkpoints.append(self._checkpoints(group))
                 starts = [
@@ -266,6 +268,38 @@ class SweepDriver:
         if self.cfg.save_interval == 0 and not directory.is_dir():
             return None
         return Checkpointer(directory, keep=self.cfg.keep_checkpoints)
+
+    def _check_members(self) -> None:
+        """Refuse (`RunDirError`), before anything in the sweep's directory changes, a member
+        folder (planned, or the previous sweep's that a start-over clears) holding a run that
+        is not this sweep's: one in use (its lock held), one with checkpoints of its own (a
+        train run's; a sweep keeps its groups' in `<sweep>/checkpoints/`), or any run's files
+        in a directory no sweep wrote (no sweep.json). Training or clearing it would replace
+        that run's records, summary and policy with a member's."""
+        swept = (self.root / SPEC_FILE).is_file()
+        planned = [self.root / m.name for g in self.groups for m in g.members]
+        for member in dict.fromkeys([*planned, *(sweep_members(self.root) or [])]):
+            if not member.is_dir() or member.is_symlink():
+                continue  # (a symlink: refused by the member's own checks)
+            holder = RunLock(member).holder() if self.primary else None
+            own = "checkpoints" if (member / "checkpoints").exists() else None
+            if own is None and not swept:
+                own = next(
+                    (f for f in ("metrics.jsonl", "summary.json") if (member / f).exists()), None
+                )
+            if holder is None and own is None:
+                continue
+            why = (
+                f"is in use by another run (pid {holder})"
+                if holder is not None
+                else f"holds a run of its own ({own}) that no sweep of {str(self.root)!r} wrote"
+            )
+            raise RunDirError(
+                f"sweep member folder {str(member)!r} {why}: the sweep would replace its "
+                "files with a member's; "
+                + ("wait for it to end, or " if holder is not None else "move it, or ")
+                + "choose another name= for the sweep"
+            )
 
     def _refuse_unfinished(self, checkpoints: Checkpointer) -> None:
         """`CheckpointError` when a group's latest checkpoint is before its last epoch."""

@@ -184,6 +184,26 @@ def test_a_fresh_run_over_a_finished_one_starts_it_over(tmp_path, capsys):
     assert epochs_of(tmp_path / cfg.name) == [4]
 
 
+def test_a_start_over_stopped_while_compiling_leaves_no_summary_of_the_replaced_run(
+    tmp_path, monkeypatch
+):
+    # Its records and checkpoints are gone by then: a summary saying "completed" with a
+    # checkpoint that no longer exists would contradict the directory.
+    cfg = small_config(tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    again = jre.build(cfg)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(again, "warm_up", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        again.run(again.init(jax.random.key(0)))
+    assert not (tmp_path / cfg.name / "summary.json").exists()
+    assert logged(tmp_path / cfg.name) == [] and epochs_of(tmp_path / cfg.name) == []
+
+
 def test_a_fresh_run_of_another_env_over_a_finished_one_is_refused(tmp_path):
     # e.g. `train env.id=Acrobot-v1` with the default name: the finished CartPole run is not
     # this run's earlier version, and starting over would delete it.

@@ -71,8 +71,9 @@ def test_a_run_of_a_locked_directory_is_refused_naming_the_holder_and_changes_no
         holder.release()
     err = capsys.readouterr().err
     assert status == cli.EXIT_BAD_INPUT
-    assert resumed == 0  # a finished run's resume only reads it: its summary, as it is
-    assert err.count(f"is in use by another run (pid {os.getpid()})") == 1, err
+    # A resume too, of a finished run as well: the run holding it may be starting it over
+    assert resumed == cli.EXIT_BAD_INPUT
+    assert err.count(f"is in use by another run (pid {os.getpid()})") == 2, err
     assert "Traceback" not in err
     after = snapshot(run_copy)
     after.pop(LOCK_FILE), before.pop(LOCK_FILE)
@@ -345,6 +346,37 @@ def test_a_train_and_a_sweep_do_not_share_a_directory(run_copy, tmp_path):
         RunDir(run_copy, cfg, kind="sweep")
     assert snapshot(run_copy) == before
     RunDir(run_copy, cfg).release()  # each kind still opens its own
+
+
+def test_a_sweep_refuses_a_member_folder_holding_a_run_not_its_own_and_writes_nothing(
+    run_copy, tmp_path
+):
+    # A train run (then one in use) where a planned member's folder would be: the sweep would
+    # replace its records, summary and policy with a member's, and its sweep.json would make
+    # the train run a member that `train --resume` refuses.
+    cfg = small_config(f"run_dir={tmp_path}", "name=sw", "loggers=[jsonl]")
+    root = tmp_path / "sw"
+    root.mkdir()
+    shutil.copytree(run_copy, root / "seed1")
+    before = snapshot(root)
+    with pytest.raises(RunDirError, match=r"folder .*seed1' holds a run of its own \(check"):
+        jre.sweep(cfg, seeds=[0, 1])
+    after = snapshot(root)
+    after.pop(LOCK_FILE, None)
+    assert after == before and not (root / "sweep.json").exists()
+    assert not (root / "checkpoints").exists() and not (root / "seed0").exists()
+    shutil.rmtree(root / "seed1")
+    (root / "seed1").mkdir()
+    lock = RunLock(root / "seed1")
+    lock.acquire()  # a run of that folder, still going
+    try:
+        with pytest.raises(
+            RunDirError, match=rf"seed1' is in use by another run \(pid {os.getpid()}"
+        ):
+            jre.sweep(cfg, seeds=[0, 1])
+    finally:
+        lock.release()
+    assert not (root / "sweep.json").exists()
 
 
 def test_a_fresh_start_drops_the_old_tensorboard_events_a_resume_keeps_them(run_copy, tmp_path):

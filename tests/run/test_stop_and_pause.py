@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+import jaxrl_engine.run.driver as driver_module
 import jaxrl_engine.run.sweep as sweep_module
 from jaxrl_engine.distributed.sweep import SweepPrograms
 from jaxrl_engine.export.policy import flatten_params
@@ -301,3 +302,27 @@ def test_a_signal_while_an_interrupted_run_closes_is_its_second_and_exits_at_onc
         for s, handler in previous.items():
             signal.signal(s, handler)
         signals._training_ended = signals._stopped_in_training = False
+
+
+def test_a_signal_after_the_last_epoch_lets_the_run_complete_and_says_so(tmp_path, capsys):
+    stops = []
+    original = driver_module.stop_on_signals
+
+    @contextlib.contextmanager
+    def recording(*args, **kwargs):
+        with original(*args, **kwargs) as stop:
+            stops.append(stop)
+            yield stop
+
+    class SignalAtTheEnd(jre.HostHook):
+        def end(self, run, state):  # (as the final checkpoint or the export is written)
+            send_and_wait(stops, signal.SIGTERM)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(driver_module, "stop_on_signals", recording)
+        engine = jre.build(small_config(tmp_path=tmp_path), host_hooks=[SignalAtTheEnd()])
+        _, summary = engine.run(engine.init(jax.random.key(0)))
+    assert summary["status"] == "completed"
+    err = capsys.readouterr().err
+    assert "SIGTERM: the run has trained its last epoch; its checkpoint, summary and export" in err
+    assert "stopping after the epochs running now" not in err
