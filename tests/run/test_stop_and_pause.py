@@ -101,10 +101,11 @@ def test_a_sweep_stopped_early_by_num_epochs_is_paused(tmp_path):
 
 
 @contextlib.contextmanager
-def sweep_stop_recorded():
-    """The sweep's `StopSignal`, to wait until its watcher thread has seen a signal."""
+def sweep_stop_recorded(module=sweep_module):
+    """The sweep's (or `module`'s) `StopSignal`, to wait until its watcher thread has seen a
+    signal."""
     stops = []
-    original = sweep_module.stop_on_signals
+    original = module.stop_on_signals
 
     @contextlib.contextmanager
     def recording(*args, **kwargs):
@@ -113,7 +114,7 @@ def sweep_stop_recorded():
             yield stop
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sweep_module, "stop_on_signals", recording)
+        mp.setattr(module, "stop_on_signals", recording)
         yield stops
 
 
@@ -305,21 +306,12 @@ def test_a_signal_while_an_interrupted_run_closes_is_its_second_and_exits_at_onc
 
 
 def test_a_signal_after_the_last_epoch_lets_the_run_complete_and_says_so(tmp_path, capsys):
-    stops = []
-    original = driver_module.stop_on_signals
+    with sweep_stop_recorded(driver_module) as stops:
 
-    @contextlib.contextmanager
-    def recording(*args, **kwargs):
-        with original(*args, **kwargs) as stop:
-            stops.append(stop)
-            yield stop
+        class SignalAtTheEnd(jre.HostHook):
+            def end(self, run, state):  # (as the final checkpoint or the export is written)
+                send_and_wait(stops, signal.SIGTERM)
 
-    class SignalAtTheEnd(jre.HostHook):
-        def end(self, run, state):  # (as the final checkpoint or the export is written)
-            send_and_wait(stops, signal.SIGTERM)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(driver_module, "stop_on_signals", recording)
         engine = jre.build(small_config(tmp_path=tmp_path), host_hooks=[SignalAtTheEnd()])
         _, summary = engine.run(engine.init(jax.random.key(0)))
     assert summary["status"] == "completed"
