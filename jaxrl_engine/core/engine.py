@@ -185,6 +185,7 @@ class Program:
         functools.update_wrapper(self, jitted)
 
     def __call__(self, *args: Any) -> Any:
+        check_jax_settings()  # (one turned on since the build, in a notebook)
         if self.name == "epochs" and len(args) == 2:
             _check_epoch_count(args[1])
         executable = self._executables.get(self.name)
@@ -565,6 +566,7 @@ class Engine:
     def init(self, key: jax.Array, hparams: Any = None) -> EngineState:
         """A fresh state for `key` (and `hparams`, default the algorithm's), placed on the mesh
         (env batch sharded, params replicated)."""
+        check_jax_settings()
         _check_key(key, "engine.init")
         if hparams is not None:
             check_hparams(hparams, self.hparams, "engine.init", scalars=True)
@@ -655,6 +657,7 @@ class Engine:
         compile seconds and XLA's cost/memory analysis in `self.compile_report`. The state is
         returned untouched (nothing runs, nothing to reseed).
         """
+        check_jax_settings()
         wanted = set(phases) if phases is not None else {*PHASES, "epoch", "epochs"}
         check_shapes(state, self.spec, self.algo)
         boundary = jax.tree.map(
@@ -693,6 +696,9 @@ class Engine:
 
     @property
     def compile_seconds(self) -> float:
+        """Seconds this engine spent compiling (lowering included) in `warm_up`: the sum of
+        `compile_report`'s `compile_s` (the latest compilation of each name). What jit
+        compiles on a first call without `warm_up` is not counted."""
         return sum(r["compile_s"] for r in self.compile_report.values())
 
     def call(self, name: str, state: EngineState, *args: Any) -> Any:
@@ -704,6 +710,8 @@ class Engine:
         return fn(state, *args)
 
     def timed_call(self, name: str, state: EngineState, *args: Any) -> Any:
+        """`call(name, state, *args)`, its seconds (after `block_until_ready`) booked in
+        `self.timer` under `name`."""
         return timed(name, self.timer)(lambda s: self.call(name, s, *args))(state)
 
     def timing_summary(self, echo: bool = True) -> str | None:

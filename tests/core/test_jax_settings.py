@@ -22,7 +22,7 @@ from tests.conftest import small_config
         ("jax_debug_nans", "nan_guard"),
     ],
 )
-def test_an_unsupported_setting_is_refused_at_build_and_at_run(setting, advice, tmp_path):
+def test_an_unsupported_setting_is_refused_at_every_entry_point(setting, advice, tmp_path):
     cfg = small_config(tmp_path=tmp_path)
     engine = jre.build(cfg)
     state = engine.init(jax.random.key(0))
@@ -31,8 +31,17 @@ def test_an_unsupported_setting_is_refused_at_build_and_at_run(setting, advice, 
     try:
         with pytest.raises(JaxSettingError, match=f"^{setting} is on: .*{advice}"):
             jre.build(cfg)
-        with pytest.raises(JaxSettingError, match=f"^{setting} is on"):  # turned on since
-            engine.run(state)
+        # Turned on since the build: every entry point says so (not a dtype or trace error)
+        for call in (
+            lambda: engine.run(state),
+            lambda: engine.init(jax.random.key(0)),
+            lambda: engine.epoch(state),
+            lambda: engine.epochs(state, 2),
+            lambda: engine.rollout(state),
+            lambda: engine.warm_up(state, phases=["rollout"]),
+        ):
+            with pytest.raises(JaxSettingError, match=f"^{setting} is on"):
+                call()
     finally:
         jax.config.update(setting, previous)
     assert not (tmp_path / cfg.name).exists()  # nothing written
