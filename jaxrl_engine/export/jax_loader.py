@@ -40,7 +40,15 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
 
     def act(params: dict[str, Any], obs: Any) -> Any:
         """obs: [batch, *obs_shape] -> action: [batch, *action_shape] (a jax.Array)."""
-        obs = np.asarray(obs, obs_dtype)
+        given = np.asarray(obs)
+        with np.errstate(invalid="ignore", over="ignore"):
+            obs = given.astype(obs_dtype)
+        if obs_dtype.kind in "biu" and not np.array_equal(obs, given):
+            raise ValueError(
+                f"act(params, obs): obs holds {given.dtype} values that {obs_dtype} cannot "
+                f"hold exactly (this policy's observations are {obs_dtype}, as its env gives "
+                "them: e.g. images as 0..255 integers, not scaled to [0, 1])"
+            )
         want = tuple(meta["obs_shape"])
         if obs.shape[1:] != want or obs.ndim != len(want) + 1:
             one = " (one observation: obs[None])" if obs.shape == want else ""

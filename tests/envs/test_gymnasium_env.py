@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import gymnasium
 import jax
@@ -356,6 +357,23 @@ def test_image_observations_train_through_the_host_path(tmp_path):
     state, summary = engine.run(engine.init(jax.random.key(0)))
     assert state.buffer.obs.dtype == jnp.uint8 and state.buffer.obs.shape[2:] == (6, 6, 3)
     assert summary["status"] == "completed" and summary["final_eval_return"] >= 7.5
+    # The exported policy takes the env's uint8 images, and refuses what uint8 cannot hold
+    # (scaled floats, 256) instead of acting on their wrapped or truncated values.
+    policy_dir = Path(summary["run_dir"]) / "policy"
+    spec_ = importlib.util.spec_from_file_location("tiny_image_policy", policy_dir / "policy.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    act, params = module.load(policy_dir)
+    images = np.asarray(state.env.obs)
+    np.testing.assert_array_equal(
+        np.asarray(act(params, images)), np.asarray(jre.make_policy((engine, state))(images))
+    )
+    np.testing.assert_array_equal(  # (integral values of another dtype are taken)
+        np.asarray(act(params, images.astype(np.float32))), np.asarray(act(params, images))
+    )
+    for bad in (images / 255.0 * 0.9, images.astype(np.int32) + 256):
+        with pytest.raises(ValueError, match=r"values that uint8 cannot hold exactly"):
+            act(params, bad)
 
 
 def test_async_vectorization_gives_the_same_transitions_as_sync():
