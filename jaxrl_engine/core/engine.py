@@ -442,7 +442,7 @@ class Engine:
         # next rollout (`run/overlap.py`).
         self.learn = program("learn", jax.jit(self.pure_learn))
 
-        self.state_shape = jax.eval_shape(self._init, jax.random.key(0), algorithm.hparams)
+        self.state_shape = jax.eval_shape(self._init, jax.random.key(0), self.hparams)
         host_paths = OFFLOADED_BETWEEN_EPOCHS if offload else ()
         self.state_sharding = state_sharding(self.state_shape, self.mesh, num_envs, host_paths)
         if any((hooks or {}).get(name) for name in EPOCH_PHASES):
@@ -508,8 +508,11 @@ class Engine:
     # ----------------------------------------------------------------- state
     @property
     def hparams(self) -> Any:
-        """The algorithm's default numeric hyperparameters (`init`'s default)."""
-        return self.algo.hparams
+        """The algorithm's default numeric hyperparameters (`init`'s default). A Python int
+        among them (`gamma=1`) is a float hyperparameter, as a Python number given to `init`
+        for a float one is: an integer hyperparameter is declared `jnp.int32(...)` (else its
+        leaf would be int32 and cast every value given later, 0.99 to 0)."""
+        return jax.tree.map(lambda x: float(x) if type(x) is int else x, self.algo.hparams)
 
     def _init(self, key: jax.Array, hparams: Any) -> EngineState:
         algo, hparams = self.algo, hparams_arrays(hparams)

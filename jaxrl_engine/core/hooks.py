@@ -14,7 +14,7 @@ hook. `chain(a, b)(phase) == b(a(phase))`: `a` wraps the phase first, so `b` is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from typing import Any
 
 import jax
@@ -23,7 +23,11 @@ import numpy as np
 
 from jaxrl_engine.core.state import EngineState, Metrics, Phase
 
-Hook = Callable[[Phase], Phase]
+Hook = typing.Callable[[Phase], Phase]
+Hook.__doc__ = """A hook: a function `phase -> phase` (a transform of a phase, as an optax
+transformation is of gradients). It wraps the phase it is given, may change the state it
+passes in and the state and metrics it returns, and sees no other hook; `chain` composes
+hooks, `every(n, hook)` applies one every n epochs. Traced with the phase (inside jit)."""
 
 
 def chain(*hooks: Hook) -> Hook:

@@ -25,6 +25,9 @@ EVAL_STREAM = 0x0E7A1  # fold_in constant: evaluation never advances the trainin
 # (`env_keys`), not split inside the loop body (same keys; `benchmarks/ppo_throughput.py`
 # switches it off in an ablation row).
 KEYS_BEFORE_LOOP = True
+# The metric a train call that may idle reports (`core.nan_guard.working_key("train")`): 1 when
+# it took its gradient steps, 0 when it took none (off-policy, before `learning_starts`).
+TRAIN_LEARNING = "train/learning"
 
 
 def episode_stats(
@@ -283,13 +286,18 @@ class PhaseBuilder:
         return state.replace(train=train_state, batch=batch, rng=rng), metrics
 
     def train(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        """The algorithm's train call; counts the gradient steps it took in
+        `counters.grad_steps`: `grad_steps_per_epoch`, or none when the call idled (its
+        `train/learning` metric is 0: off-policy before `learning_starts`)."""
         rng, key = jax.random.split(state.rng)
         train_state, metrics = self.algorithm.train(
             state.train, state.buffer, state.batch, key, state.hparams
         )
-        counters = state.counters.replace(
-            grad_steps=state.counters.grad_steps + self.algorithm.grad_steps_per_epoch
-        )
+        taken = jnp.int32(self.algorithm.grad_steps_per_epoch)
+        learning = metrics.get(TRAIN_LEARNING)
+        if learning is not None:
+            taken = jnp.where(learning > 0, taken, jnp.int32(0))
+        counters = state.counters.replace(grad_steps=state.counters.grad_steps + taken)
         return state.replace(train=train_state, rng=rng, counters=counters), metrics
 
     def sync_weights(self, state: EngineState) -> tuple[EngineState, Metrics]:

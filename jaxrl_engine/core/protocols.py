@@ -11,6 +11,7 @@ when the bundle is built.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -19,7 +20,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Metrics = dict[str, jax.Array]
+# `typing.Dict`, not `dict`: only a `typing` alias takes a docstring (what `help(jre.Metrics)`
+# shows; `dict[...]` would show dict's).
+Metrics = typing.Dict[str, jax.Array]  # noqa: UP006
+Metrics.__doc__ = """What a phase returns beside the state: a flat dict of scalar arrays, named
+`<phase>/<name>` (`"rollout/episode_return"`, `"train/loss"`).
+
+An epoch's phases' metrics are merged into one record per epoch (metrics.jsonl, the loggers);
+a float metric is NaN (logged as null) where nothing was computed, e.g. an off-policy loss
+before `learning_starts` (the phase's `<phase>/learning` metric is then 0).
+"""
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,8 @@ class Algorithm(NamedTuple):
     add_to_buffer(buffer, trajectory) -> buffer
     update_dataset(train_state, buffer, key, hparams) -> (train_state, batch, metrics)
     train(train_state, buffer, batch, key, hparams) -> (train_state, metrics)
-    grad_steps_per_epoch: gradient steps one `train` call makes (for counters)
+    grad_steps_per_epoch: gradient steps one `train` call makes, counted in
+        `counters.grad_steps` (not for a call whose `train/learning` metric is 0: it idled)
     on_policy: whether `train` needs the data of the current acting params (PPO) or any
         stored data (off-policy; the actor-learner split accepts only these)
     static: static facts other layers read (e.g. `network` for export); never traced

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import typing
 from typing import Any
 
 import jax
@@ -24,6 +24,15 @@ class EnvCarry(struct.PyTreeNode):
 
 
 class Counters(struct.PyTreeNode):
+    """The engine's progress counters (int32 scalars, saved and restored with the state).
+
+    epoch: finished epochs (`sync_weights` adds 1; a checkpoint is named after it).
+    env_steps: env steps stored by rollouts, over all envs (`num_steps * num_envs` an epoch).
+    grad_steps: gradient steps the `train` phase took: the algorithm's `grad_steps_per_epoch`
+        per call, none for a call that idled (its `train/learning` metric 0: off-policy before
+        `learning_starts`); an off-policy run's equals its `train.schedule.grad_steps`.
+    """
+
     epoch: jax.Array  # int32[]
     env_steps: jax.Array  # int32[]
     grad_steps: jax.Array  # int32[]
@@ -76,7 +85,16 @@ class EngineState(struct.PyTreeNode):
     hparams: Any
 
 
-Phase = Callable[[EngineState], tuple[EngineState, Metrics]]
+# `typing.Callable`, not `collections.abc.Callable`: only a `typing` alias takes a docstring
+# (what `help(jre.Phase)` shows).
+Phase = typing.Callable[[EngineState], tuple[EngineState, Metrics]]
+Phase.__doc__ = """A phase: a pure function `state -> (state, metrics)` of the `EngineState`.
+
+The engine's five (`core.phases.PHASES`: rollout, evaluate, update_dataset, train,
+sync_weights) are built from the env and the algorithm; a function of this type replaces one
+(`Engine(..., phases={"train": my_train})`), and a `Hook` transforms one. metrics: `Metrics`,
+scalars named `<phase>/<name>` (two phases of an epoch may not return the same name).
+"""
 
 
 def get_path(tree: Any, path: str) -> Any:

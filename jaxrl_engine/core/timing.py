@@ -21,10 +21,13 @@ class Timer:
         self.records: dict[str, list[tuple[float, int]]] = {}
 
     def record(self, name: str, seconds: float, count: int = 1) -> None:
+        """Book `seconds` measured over `count` runs of `name` (nothing when `count` < 1)."""
         if count > 0:
             self.records.setdefault(name, []).append((seconds, count))
 
     def summary(self) -> dict[str, dict[str, float]]:
+        """Per name, in the order first recorded: `count` (runs), `total_s` (seconds) and
+        `avg_s` (`total_s / count`)."""
         out = {}
         for name, records in self.records.items():
             total = float(sum(s for s, _ in records))
@@ -33,6 +36,7 @@ class Timer:
         return out
 
     def table(self) -> str:
+        """`summary()` as a text table: phase, count, total (s), average (ms) per row."""
         rows = self.summary()
         lines = [f"{'phase':<16}{'count':>8}{'total (s)':>12}{'avg (ms)':>12}"]
         for name, r in rows.items():

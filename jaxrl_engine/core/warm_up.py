@@ -21,7 +21,13 @@ from jaxrl_engine.core.state import EngineState
 
 
 class ShapeMismatchError(ValueError):
-    """Env and policy disagree on shapes; raised by `warm_up` before training."""
+    """Env and policy (or network) disagree on shapes, or an env lacks the `Env` protocol.
+
+    Raised before anything runs: when the engine is built (`jre.build`, `Engine(...)`: the
+    env's methods and `reset`/`step` outputs, the policy's actions, and a network head or value
+    output of the wrong width, checked when the algorithm is traced), and by `warm_up` (the
+    state's observations and policy, and a phase that fails to compile).
+    """
 
 
 def compile_phase(name: str, fn: Any, *args: Any) -> tuple[Any, dict[str, float]]:
@@ -46,8 +52,9 @@ def compile_phase(name: str, fn: Any, *args: Any) -> tuple[Any, dict[str, float]
             reader = f"phase '{inner[-1]}'" if inner else "the phase that reads them"
             where = (
                 f"; the state's {', '.join(host)} are in host memory when '{name}' starts "
-                f"(an offload_after hook put them there): add reload_before({host!r}, mesh) "
-                f"to {reader}, or use offload: true"
+                "(put there by offload: true, whose placement reloads them only for the phases "
+                "of the built-in algorithms that read them, or by an offload_after hook of "
+                f"yours): add jre.reload_before({host!r}, engine.mesh) to the hooks of {reader}"
             )
         raise ShapeMismatchError(
             f"warm_up: phase '{name}' failed to compile: {type(e).__name__}: {e}{notes}{where}"

@@ -273,6 +273,8 @@ class Checkpointer:
                 shutil.rmtree(path, ignore_errors=True)
 
     def path_of(self, epoch: int) -> Path:
+        """The directory of the checkpoint of `epoch` (`<directory>/epoch_<epoch>`), whether it
+        exists or not."""
         return self.directory / f"{STEP_PREFIX}_{epoch}"
 
     def epochs(self) -> list[int]:
@@ -284,6 +286,8 @@ class Checkpointer:
             return sorted(self._manager.all_steps())
 
     def latest(self) -> int | None:
+        """The epoch of the newest committed checkpoint (`epochs()`'s last: waits for this
+        Checkpointer's own save in flight), or None when there is none."""
         epochs = self.epochs()
         return epochs[-1] if epochs else None
 
@@ -402,6 +406,8 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def meta_file(self, epoch: int) -> Path:
+        """The metadata file (`meta/metadata`: strict JSON) of the checkpoint of `epoch`,
+        whether it exists or not."""
         return self.path_of(epoch) / META_FILE
 
     def intact_before(self, epoch: int) -> int | None:

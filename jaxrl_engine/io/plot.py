@@ -132,7 +132,21 @@ def read_run(path: str | Path) -> Run:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a torn last line from a killed run
             break
-    return Run(path, flat_config(config or {}), records)
+    flat = flat_config(config or {})
+    algorithm = _summary_algorithm(path)
+    if algorithm is not None:  # a user's algorithm given to jre.build: config.yaml's
+        flat["algo.name"] = algorithm  # algo.name is the config's, not what trained the run
+    return Run(path, flat, records)
+
+
+def _summary_algorithm(path: Path) -> str | None:
+    """The algorithm `summary.json` names (read as data; None when it names none)."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    name = summary.get("algorithm") if isinstance(summary, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _grouping_key(run: Run) -> tuple[tuple[str, str], ...]:

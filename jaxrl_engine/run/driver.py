@@ -140,6 +140,21 @@ def _warn_misspelled(hook: HostHook) -> None:
             )
 
 
+def _check_epoch_counter(state: EngineState, start: int, done: int) -> None:
+    """`ValueError` when the state's epoch counter did not count the epochs that ran: a phase
+    of the user's replacing `sync_weights` (which closes an epoch) that does not add 1 to it
+    would otherwise go on with checkpoints saved under one epoch, evaluations and `every()`
+    off their cadence, and a resume from the wrong place."""
+    got = int(to_host(state.counters.epoch))
+    if got != done:
+        raise ValueError(
+            f"after epochs {start + 1}..{done}, state.counters.epoch is {got}, not {done}: "
+            "every epoch adds 1 to it (the engine's sync_weights does); a phase of your own "
+            "that replaces sync_weights, or a hook, must keep counting (state.replace("
+            "counters=state.counters.replace(epoch=state.counters.epoch + 1)))"
+        )
+
+
 def _alive(state: EngineState) -> bool:
     """No leaf of `state` was donated to a compiled call (deleted)."""
     return not any(x.is_deleted() for x in jax.tree.leaves(state) if isinstance(x, jax.Array))
@@ -450,6 +465,7 @@ class Driver:
                     rows = [{k: v[i] for k, v in table.items()} for i in range(int(ran))]
             engine.timer.record("epoch", time.perf_counter() - began, count=len(rows))
         done = start_epoch + len(rows)
+        _check_epoch_counter(state, start_epoch, done)
         if len(rows) == n and (done % engine.eval_interval == 0 or done == total):
             with _host_errors(engine):
                 state, eval_metrics = engine.timed_call("evaluate", state)

@@ -104,6 +104,8 @@ class RunInfo:
         return {
             "name": self.cfg.name,
             "status": self.status,
+            # the engine's: a user's algorithm given to jre.build (config.yaml says algo.name)
+            "algorithm": getattr(self.engine.algo, "name", None),
             "final_eval_return": self.final_eval,
             "final_eval_return_std": self.final_eval_std,
             "final_eval_return_iqm": self.final_eval_iqm,
@@ -131,10 +133,11 @@ class RunInfo:
         }
 
 
-def _what_trained(config: dict[str, Any]) -> tuple[str, str]:
-    """(algorithm, env id) of a resolved config (as stored: data, any shape)."""
+def _what_trained(config: dict[str, Any], algorithm: str | None = None) -> tuple[str, str]:
+    """(algorithm, env id) of a resolved config (as stored: data, any shape); `algorithm`, the
+    engine's algorithm name where known, before the config's."""
     algo, env = config.get("algo"), config.get("env")
-    name = algo.get("name") if isinstance(algo, dict) else None
+    name = algorithm or (algo.get("name") if isinstance(algo, dict) else None)
     env_id = env.get("id") if isinstance(env, dict) else None
     return str(name), str(env_id)
 
@@ -143,25 +146,35 @@ class HostHook:
     """Base class: every method a no-op (see the module docstring)."""
 
     def start(self, run: RunInfo) -> None:
-        pass
+        """Before anything is compiled or trained, in list order; raising stops the run (only
+        the hooks started before it are closed)."""
 
     def on_compile(self, run: RunInfo, name: str, index: int, count: int) -> None:
-        pass
+        """Before the `index`-th (from 1) of the `count` compilations the run needs, of `name`
+        (a phase, "epochs" or "learn"); not called when all the run needs is compiled."""
 
     def next_boundary(self, epoch: int) -> int | None:
+        """An epoch after which the chunk that starts at `epoch` must stop, or None (no need);
+        the chunk stops at the nearest of every hook's, the next evaluation and the run's end
+        (and after `run.engine.epochs_per_call` epochs at most)."""
         return None
 
     def on_records(self, run: RunInfo, records: list[Record]) -> None:
-        pass
+        """After each chunk: one record per epoch that passed the NaN guard, in order
+        (`epoch`, `env_steps`, `wall_s` and the epoch's metrics, an evaluation's included)."""
 
     def after_chunk(self, run: RunInfo, state: EngineState) -> None:
-        pass
+        """After each chunk's `on_records`, with the state after its last epoch (`run.done`
+        epochs finished); not after a chunk the NaN guard stopped."""
 
     def end(self, run: RunInfo, state: EngineState) -> None:
-        pass
+        """Once, with the final state, when the run ends with `run.status` completed, paused,
+        interrupted or non_finite (not when an error stops it: then only the summary is
+        written)."""
 
     def close(self, run: RunInfo) -> None:
-        pass
+        """Always, last, for every hook whose `start` returned, in reverse list order (also
+        after an error); an OSError is raised once all are closed."""
 
 
 def evaluation_of(record: Record) -> tuple[float, float, float]:
@@ -246,8 +259,11 @@ class Checkpointing(HostHook):
                         f"{out.path}` (in Python: `jre.resume(path)`), or delete the directory "
                         "(or choose another name=) to start over"
                     )
-                was = _what_trained(info.config)
-                now = _what_trained(run.cfg.model_dump(mode="json"))
+                # (the engines' algorithm names: a user's algorithm has the config's algo.name)
+                was = _what_trained(info.config, info.algorithm)
+                now = _what_trained(
+                    run.cfg.model_dump(mode="json"), getattr(run.engine.algo, "name", None)
+                )
                 if was != now:  # (another algorithm or env: not this run's earlier version)
                     raise CheckpointError(
                         f"{str(out.path)!r} holds a finished run of {was[0]} on {was[1]}; this "

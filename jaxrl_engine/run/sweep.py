@@ -617,6 +617,7 @@ class SweepDriver:
             summary = {
                 "name": member.name,
                 "status": "non_finite" if run.status == "non_finite" else status,
+                "algorithm": getattr(engine.algo, "name", None),
                 "final_eval_return": run.final_eval,
                 "final_eval_return_std": run.final_eval_std,
                 "final_eval_return_iqm": run.final_eval_iqm,

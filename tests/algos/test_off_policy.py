@@ -162,6 +162,8 @@ def test_train_ratio_sets_gradient_steps_per_epoch(tmp_path):
     engine = jre.build(config("sac", "algo.train_ratio=0.5", tmp_path=tmp_path))
     assert engine.algo.grad_steps_per_epoch == 16  # 0.5 x 8 steps x 4 envs
     state, _ = engine.epoch(engine.init(jax.random.key(0)))
+    assert int(state.counters.grad_steps) == 0  # 32 env steps < learning_starts=64: idle
+    state, _ = engine.epoch(state)
     assert int(state.counters.grad_steps) == 16
 
 

@@ -67,6 +67,7 @@ def test_run_writes_metrics_jsonl_summary_and_config(tmp_path):
     assert summary["final_eval_return_std"] == records[-1]["evaluate/episode_return_std"]
     assert summary["final_eval_return_iqm"] == records[-1]["evaluate/episode_return_iqm"]
     assert summary["final_eval_epoch"] == 5  # the run's last epoch: it completed
+    assert summary["algorithm"] == "ppo"  # (the engine's: a user's algorithm names itself)
     assert math.isfinite(summary["final_eval_return"])
     assert summary["wall_s"] > 0 and summary["steps_per_second"] > 0 and summary["compile_s"] > 0
     assert_times_add_up(summary)

@@ -456,3 +456,39 @@ def test_a_hook_may_set_hparams_to_python_numbers_but_not_a_float_into_an_int(bu
 
     with pytest.raises(ValueError, match=r"phase 'train' returned state\.counters\.epoch as float"):
         jre.build(cfg, env=engine.env, algorithm=engine.algo, hooks={"train": [half_epoch]})
+
+
+def test_a_python_int_in_an_algorithms_default_hparams_is_a_float_hyperparameter(built):
+    # An algorithm of the user's declaring `gamma=1, ent_coef=0`: an int32 leaf would cast
+    # every value given later (0.99 to 0)
+    cfg, engine, _, _ = built
+    algo = engine.algo._replace(hparams=engine.algo.hparams.replace(gamma=1, ent_coef=0))
+    own = jre.build(cfg, env=engine.env, algorithm=algo)
+    assert type(own.hparams.gamma) is float and own.hparams.gamma == 1.0
+    state = own.init(jax.random.key(0), own.hparams.replace(gamma=0.99, ent_coef=0.01))
+    assert state.hparams.gamma.dtype == jnp.float32
+    assert float(state.hparams.gamma) == pytest.approx(0.99)
+    assert float(state.hparams.ent_coef) == pytest.approx(0.01)
+    again = own.with_hparams(state, own.hparams.replace(ent_coef=0.5))
+    assert float(again.hparams.ent_coef) == 0.5
+
+
+def test_a_replaced_sync_weights_that_does_not_count_epochs_fails_the_run_naming_it(
+    built, tmp_path
+):
+    # (else: checkpoints all saved as epoch 0, every() and evaluation off their cadence)
+    cfg, engine, _, _ = built
+
+    def sync_weights(state):  # forgets `counters.epoch + 1`
+        acting = engine.algo.acting_params(state.train, state.hparams)
+        return state.replace(eval_params=acting), {}
+
+    own = jre.build(
+        cfg, env=engine.env, algorithm=engine.algo, phases={"sync_weights": sync_weights}
+    )
+    with pytest.raises(
+        ValueError, match=r"after epochs 1\.\.2, state\.counters\.epoch is 0, not 2"
+    ):
+        own.run(own.init(jax.random.key(0)), run_dir=tmp_path / "uncounted")
+    summary = json.loads((tmp_path / "uncounted" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "counters.epoch" in summary["error"]

@@ -6,6 +6,7 @@ import gc
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 import jaxrl_engine as jre
@@ -151,4 +152,25 @@ def test_params_left_in_host_memory_for_a_phase_that_reads_them_are_named(tmp_pa
     message = str(error.value)
     assert "memory_space" in message
     assert "train.params" in message
-    assert "add reload_before(" in message and "to phase 'rollout'" in message
+    assert "add jre.reload_before(" in message and "to the hooks of phase 'rollout'" in message
+
+
+def test_offload_true_with_an_update_dataset_that_reads_the_params_names_the_fix(tmp_path):
+    # The placement gives update_dataset no params (the built-in algorithms' read none); one
+    # of the user's that does is told which hook to add, and runs with it (README, "Add an
+    # algorithm").
+    cfg = small_config("offload=true", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    builtin = engine.builder.update_dataset
+
+    def reads_params(state):
+        state, metrics = builtin(state)
+        return state, {**metrics, "update_dataset/norm": optax.tree.norm(state.train.params)}
+
+    own = jre.build(cfg, phases={"update_dataset": reads_params})
+    with pytest.raises(jre.ShapeMismatchError, match=r"to the hooks of phase 'update_dataset'"):
+        own.warm_up(own.init(jax.random.key(0)), phases=["update_dataset"])
+    hooks = {"update_dataset": [jre.reload_before(["train.params"], engine.mesh)]}
+    fixed = jre.build(cfg, phases={"update_dataset": reads_params}, hooks=hooks)
+    _, metrics = fixed.epoch(fixed.init(jax.random.key(0)))
+    assert np.isfinite(float(metrics["update_dataset/norm"]))

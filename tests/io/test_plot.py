@@ -277,6 +277,19 @@ def test_runs_of_two_algorithms_are_labelled_by_a_few_keys_algo_name_first(tmp_p
     assert len(set(labels)) == 3 and not any(label.endswith(" more)") for label in labels), labels
 
 
+def test_a_run_of_a_users_algorithm_is_its_own_group(tmp_path):
+    # Its config.yaml says algo.name=ppo (a config cannot name an algorithm given to
+    # jre.build); its summary names the algorithm that trained it
+    mine = fake_run(tmp_path, "mine", [1, 2, 3])
+    ppo = fake_run(tmp_path, "ppo", [1, 2, 4])
+    (mine / "summary.json").write_text(json.dumps({"algorithm": "a2c"}))
+    (ppo / "summary.json").write_text(json.dumps({"algorithm": "ppo"}))
+    groups = group_runs([read_run(p) for p in (mine, ppo)])
+    assert [label for label, _ in groups] == ["algo.name=a2c", "algo.name=ppo"]
+    (mine / "summary.json").write_text("[not a summary")  # (read as data: ignored)
+    assert len(group_runs([read_run(p) for p in (mine, ppo)])) == 1
+
+
 def test_a_seed_that_ends_early_stops_its_groups_curve_with_a_warning(tmp_path):
     """The curve is the mean over every run at each step, so it stops where the shortest run
     does; the points it leaves out are said, not silently dropped."""
