@@ -280,9 +280,8 @@ class PhaseBuilder:
 
     def update_dataset(self, state: EngineState) -> tuple[EngineState, Metrics]:
         rng, key = jax.random.split(state.rng)
-        train_state, batch, metrics = self.algorithm.update_dataset(
-            state.train, state.buffer, key, state.hparams
-        )
+        out = self.algorithm.update_dataset(state.train, state.buffer, key, state.hparams)
+        train_state, batch, metrics = self._returned(out, "update_dataset", 3)
         return state.replace(train=train_state, batch=batch, rng=rng), metrics
 
     def train(self, state: EngineState) -> tuple[EngineState, Metrics]:
@@ -290,15 +289,29 @@ class PhaseBuilder:
         `counters.grad_steps`: `grad_steps_per_epoch`, or none when the call idled (its
         `train/learning` metric is 0: off-policy before `learning_starts`)."""
         rng, key = jax.random.split(state.rng)
-        train_state, metrics = self.algorithm.train(
-            state.train, state.buffer, state.batch, key, state.hparams
-        )
+        out = self.algorithm.train(state.train, state.buffer, state.batch, key, state.hparams)
+        train_state, metrics = self._returned(out, "train", 2)
         taken = jnp.int32(self.algorithm.grad_steps_per_epoch)
         learning = metrics.get(TRAIN_LEARNING)
         if learning is not None:
             taken = jnp.where(learning > 0, taken, jnp.int32(0))
         counters = state.counters.replace(grad_steps=state.counters.grad_steps + taken)
         return state.replace(train=train_state, rng=rng, counters=counters), metrics
+
+    def _returned(self, out: Any, method: str, size: int) -> Any:
+        """`out` when it is the tuple `Algorithm.<method>` returns, else a TypeError naming
+        the algorithm's method and what it returns (not an unpacking error)."""
+        if isinstance(out, tuple) and len(out) == size and isinstance(out[-1], Mapping):
+            return out
+        what = {
+            "train": "(train_state, metrics)",
+            "update_dataset": "(train_state, batch, metrics)",
+        }
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise TypeError(
+            f"algorithm {getattr(self.algorithm, 'name', '?')!r}: its {method} returned {got}; "
+            f"Algorithm.{method} returns {what[method]}, metrics a dict of scalars"
+        )
 
     def sync_weights(self, state: EngineState) -> tuple[EngineState, Metrics]:
         """Train params -> acting params; closes the epoch (`counters.epoch += 1`)."""

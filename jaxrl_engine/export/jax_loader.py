@@ -42,8 +42,8 @@ def load(directory: str | Path | None = None) -> tuple[Callable[[Any, Any], Any]
         """obs: [batch, *obs_shape] -> action: [batch, *action_shape] (a jax.Array)."""
         given = np.asarray(obs)
         with np.errstate(invalid="ignore", over="ignore"):
-            obs = given.astype(obs_dtype)
-        if obs_dtype.kind in "biu" and not np.array_equal(obs, given):
+            obs = given.astype(obs_dtype, copy=False)
+        if obs is not given and obs_dtype.kind in "biu" and not np.array_equal(obs, given):
             raise ValueError(
                 f"act(params, obs): obs holds {given.dtype} values that {obs_dtype} cannot "
                 f"hold exactly (this policy's observations are {obs_dtype}, as its env gives "

@@ -259,11 +259,11 @@ class Checkpointing(HostHook):
                         f"{out.path}` (in Python: `jre.resume(path)`), or delete the directory "
                         "(or choose another name=) to start over"
                     )
-                # (the engines' algorithm names: a user's algorithm has the config's algo.name)
+                # (the engines' algorithm names: a user's algorithm has the config's algo.name;
+                # checkpoints older than that record name only the config's)
+                ours = getattr(run.engine.algo, "name", None) if info.algorithm else None
                 was = _what_trained(info.config, info.algorithm)
-                now = _what_trained(
-                    run.cfg.model_dump(mode="json"), getattr(run.engine.algo, "name", None)
-                )
+                now = _what_trained(run.cfg.model_dump(mode="json"), ours)
                 if was != now:  # (another algorithm or env: not this run's earlier version)
                     raise CheckpointError(
                         f"{str(out.path)!r} holds a finished run of {was[0]} on {was[1]}; this "

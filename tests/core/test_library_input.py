@@ -492,3 +492,25 @@ def test_a_replaced_sync_weights_that_does_not_count_epochs_fails_the_run_naming
         own.run(own.init(jax.random.key(0)), run_dir=tmp_path / "uncounted")
     summary = json.loads((tmp_path / "uncounted" / "summary.json").read_text())
     assert summary["status"] == "failed" and "counters.epoch" in summary["error"]
+
+
+def test_an_algorithm_returning_the_wrong_tuple_is_named_before_training(built):
+    cfg, engine, _, _ = built
+    algo = engine.algo
+
+    def train(*args):  # (train_state, metrics, extra): one too many
+        return (*algo.train(*args), 0)
+
+    def update_dataset(*args):  # metrics forgotten
+        return algo.update_dataset(*args)[:2]
+
+    for method, wrong, returned in [
+        ("train", {"train": train}, 3),
+        ("update_dataset", {"update_dataset": update_dataset}, 2),
+    ]:
+        own = jre.build(cfg, env=engine.env, algorithm=algo._replace(**wrong))
+        with pytest.raises(
+            jre.ShapeMismatchError,
+            match=rf"'ppo': its {method} returned a tuple of {returned}; Algorithm\.{method} ret",
+        ):
+            own.warm_up(own.init(jax.random.key(0)), phases=[method])
