@@ -191,7 +191,7 @@ class TorchSimRollout:
         self._outputs_checked = False
         self._fresh = False  # the simulator was reset since the last rollout
         self.act = jax.jit(self._act, static_argnums=3)
-        self.finish = jax.jit(self._finish, static_argnums=3)
+        self.finish = jax.jit(self._finish)
         # The engine's rollout hooks (nan_guard, offload placement, user hooks) run eagerly
         # around the host loop, as they run traced around the JAX rollout; the metric names are the
         # JAX rollout's, so nan_guard's indices name the same quantities.
@@ -203,18 +203,17 @@ class TorchSimRollout:
         return action, extras, obs + 0
 
     def _finish(
-        self, params: Any, stats: EpisodeStats, steps: list[Transition], fresh: bool
+        self, params: Any, stats: EpisodeStats, steps: list[Transition], fresh: Any
     ) -> tuple[EpisodeStats, Transition, Metrics]:
         """The steps stacked into the `[T, N]` trajectory, the episode statistics advanced over
         it as the JAX rollout does (`episode_stats`, before `complete_trajectory`), and the
         trajectory completed. fresh: the simulator was reset before these steps, so every env
         started a new episode: the running return and length start from 0."""
         trajectory = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
-        if fresh:
-            stats = stats.replace(
-                current_return=jnp.zeros_like(stats.current_return),
-                current_length=jnp.zeros_like(stats.current_length),
-            )
+        stats = stats.replace(  # (traced: one compiled function whether fresh or not)
+            current_return=jnp.where(fresh, 0.0, stats.current_return),
+            current_length=jnp.where(fresh, 0, stats.current_length),
+        )
         done = trajectory.terminated | trajectory.truncated  # [T, N]
         stats, metrics = episode_stats(stats, trajectory.reward, done)
         return stats, self.algo.complete_trajectory(params, trajectory), metrics
