@@ -53,7 +53,7 @@ from jaxrl_engine.run.run_dir import (
     read_summary,
     write_failing_batch,
 )
-from jaxrl_engine.run.signals import raise_if_stopped, stop_on_signals
+from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 
 @contextlib.contextmanager
@@ -336,7 +336,7 @@ class Driver:
             failure = None
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:
                 while run.done < total:
-                    state, chunk, failure = self._chunk(engine, state, run, hooks)
+                    state, chunk, failure = self._chunk(engine, state, run, hooks, stop)
                     if records:
                         history.extend(chunk)
                     for hook in hooks:
@@ -433,7 +433,12 @@ class Driver:
             raise errors[0]
 
     def _chunk(
-        self, engine: Engine, state: EngineState, run: RunInfo, hooks: list[HostHook]
+        self,
+        engine: Engine,
+        state: EngineState,
+        run: RunInfo,
+        hooks: list[HostHook],
+        stop: StopSignal | None = None,
     ) -> tuple[EngineState, list[Record], tuple[NonFiniteError, Metrics] | None]:
         """The epochs up to the next boundary as one compiled call (one per phase with
         `profile`), then the evaluation when one is due. Returns the state, the records of the
@@ -443,6 +448,8 @@ class Driver:
         began = time.perf_counter()
         if cfg.profile:  # one epoch, each phase its own timed call
             n = 1
+            if stop is not None:
+                stop.last = start_epoch + n >= total
             metrics: dict[str, Any] = {}
             for name in EPOCH_PHASES:
                 with _host_errors(engine):
@@ -455,6 +462,8 @@ class Driver:
             boundaries = [total, (start_epoch // interval + 1) * interval]
             boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
             n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
+            if stop is not None:  # (a signal during the run's last call: it completes)
+                stop.last = start_epoch + n >= total
             with _host_errors(engine):
                 if self.overlap:
                     state, rows = overlapped_epochs(engine, state, n, self.actor_device)

@@ -34,6 +34,9 @@ class StopSignal:
         # Every epoch trained (the run's end: checkpoint, summary, export): a signal lets it
         # finish, and says so
         self.ending = False
+        # The compiled call running now trains the run's last epochs (a sweep: its last
+        # group's): a signal then lets the run complete, and says so
+        self.last = False
 
     def agreed(self) -> str | None:
         """The signal this process or any other of the job got (None: none did), so that
@@ -66,11 +69,15 @@ class StopSignal:
                         flush=True,
                     )
                     continue
-                if self.ending:
+                if self.ending or self.last:
+                    now = (
+                        "the run has trained its last epoch"
+                        if self.ending
+                        else "the epochs running now are the last this run trains"
+                    )
                     print(
-                        f"\njaxrl-engine: {self.signame}: the run has trained its last epoch; "
-                        "its checkpoint, summary and export finish first; send it again to "
-                        "exit at once",
+                        f"\njaxrl-engine: {self.signame}: {now}; its checkpoint, summary and "
+                        "export finish first; send it again to exit at once",
                         file=sys.stderr,
                         flush=True,
                     )

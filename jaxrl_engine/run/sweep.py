@@ -510,6 +510,8 @@ class SweepDriver:
         while done < total:
             n = self._chunk_length(engine, done, total)
             training = sum(r.status == "running" for r in runs)
+            # (a signal during the sweep's last call: it completes, and says so)
+            stop.last = group is self.groups[-1] and done + n >= total
             state = self._chunk(group, runs, state, done, n, total)
             done += n
             self.steps_trained += training * n * engine.steps_per_epoch
@@ -528,6 +530,7 @@ class SweepDriver:
                 self._end(group, runs, state, checkpoint, "interrupted")
                 raise TrainingInterrupted(signame, done, state, checkpoint, {})
         self.train_s += time.perf_counter() - began
+        stop.ending = group is self.groups[-1]  # (a signal from here on: the sweep completes)
         status = end_status(done, engine.num_epochs)
         self._end(group, runs, state, checkpoint, status)
         return status

@@ -318,3 +318,48 @@ def test_a_signal_after_the_last_epoch_lets_the_run_complete_and_says_so(tmp_pat
     err = capsys.readouterr().err
     assert "SIGTERM: the run has trained its last epoch; its checkpoint, summary and export" in err
     assert "stopping after the epochs running now" not in err
+
+
+def test_a_signal_during_the_runs_last_compiled_call_says_the_run_completes(
+    tmp_path, monkeypatch, capsys
+):
+    # The signal lands while the last epochs run: no stop comes after them (the run ends
+    # there), so the message says the run completes, not that it stops.
+    original = driver_module.Driver._chunk
+    with sweep_stop_recorded(driver_module) as stops:
+
+        def chunk(self, engine, state, run, hooks, stop=None):
+            out = original(self, engine, state, run, hooks, stop)
+            if stop is not None and stop.last:  # (as the last compiled call ends)
+                send_and_wait(stops, signal.SIGTERM)
+            return out
+
+        monkeypatch.setattr(driver_module.Driver, "_chunk", chunk)
+        engine = jre.build(small_config("save_interval=2", tmp_path=tmp_path))
+        _, summary = engine.run(engine.init(jax.random.key(0)))
+    assert summary["status"] == "completed"
+    err = capsys.readouterr().err
+    assert "SIGTERM: the epochs running now are the last this run trains" in err
+    assert "stopping after the epochs running now" not in err
+
+
+def test_a_signal_in_the_last_groups_last_epochs_lets_the_sweep_complete(
+    tmp_path, monkeypatch, capsys
+):
+    run_sweep = split_sweep(tmp_path)
+    original = sweep_module.SweepDriver._chunk
+
+    with sweep_stop_recorded() as stops:
+
+        def chunk(self, group, runs, state, start, n, total):
+            state = original(self, group, runs, state, start, n, total)
+            if group.label == self.groups[-1].label and start + n == total:
+                send_and_wait(stops, signal.SIGINT)  # as the last group's last call ends
+            return state
+
+        monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+        summary = run_sweep()
+    assert summary["status"] == "completed" and summary["completed"] == 2
+    err = capsys.readouterr().err
+    assert "SIGINT: the epochs running now are the last this run trains" in err
+    assert "stopping after the epochs running now" not in err
