@@ -150,19 +150,12 @@ def torch_spec(engine: Engine, flat: dict[str, np.ndarray]) -> dict[str, Any] | 
     }
 
 
-def export_policy(
-    engine: Engine,
-    params: Any,
-    directory: str | Path,
-    *,
-    torch: bool = False,
-    platforms: tuple[str, ...] = PLATFORMS,
-) -> Path:
-    """Write the policy artefact for acting params `params` (e.g. `state.eval_params`)."""
-    directory = Path(directory)
-    for name in ARTEFACT_FILES:  # never leave another policy's files beside this one's
-        (directory / name).unlink(missing_ok=True)
-    actor = write_torch_actor(engine, params, directory)
+def export_acting(
+    engine: Engine, params: Any, platforms: tuple[str, ...] = PLATFORMS
+) -> jax.export.Exported:
+    """The acting function as `jax.export`'s StableHLO, its params an input (not constants): one
+    export serves every params pytree of the same leaves' shapes and dtypes (a sweep's
+    members). Raises `ExportError` when the acting function has no StableHLO form."""
     flat = flatten_params(params)
     names = list(flat)
     treedef = jax.tree.structure(params)
@@ -174,18 +167,48 @@ def export_policy(
     (batch,) = jax.export.symbolic_shape("batch")
     obs_spec = jax.ShapeDtypeStruct((batch, *engine.spec.obs_shape), engine.spec.obs_dtype)
     try:
-        exported = jax.export.export(jax.jit(act_flat), platforms=platforms)(
+        return jax.export.export(jax.jit(act_flat), platforms=platforms)(
             {n: jax.ShapeDtypeStruct(v.shape, v.dtype) for n, v in flat.items()}, obs_spec
         )
-        blob = exported.serialize()
     except Exception as e:
-        kept = f" (its torch actor's trained weights: {actor})" if actor else ""
         raise ExportError(
             f"the acting function of algorithm {engine.algo.name!r} cannot be exported with "
             f"jax.export ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); a policy acting "
             f"through a host callback (algo.torch_policy.path=universal) has no StableHLO "
-            f"form{kept}"
+            f"form"
         ) from e
+
+
+def export_policy(
+    engine: Engine,
+    params: Any,
+    directory: str | Path,
+    *,
+    torch: bool = False,
+    platforms: tuple[str, ...] = PLATFORMS,
+    exported: jax.export.Exported | None = None,
+) -> Path:
+    """Write the policy artefact for acting params `params` (e.g. `state.eval_params`).
+
+    exported: `export_acting(engine, params, platforms)` made once for params of these shapes
+    (a sweep's members share one); None: made here."""
+    directory = Path(directory)
+    for name in ARTEFACT_FILES:  # never leave another policy's files beside this one's
+        (directory / name).unlink(missing_ok=True)
+    actor = write_torch_actor(engine, params, directory)
+    flat = flatten_params(params)
+    if exported is not None and [(a.shape, a.dtype) for a in exported.in_avals[:-1]] != [
+        (v.shape, v.dtype) for v in jax.tree.leaves(flat)
+    ]:
+        raise ValueError("export_policy: `exported` was made for params of other shapes")
+    try:
+        if exported is None:
+            exported = export_acting(engine, params, platforms)
+        blob = exported.serialize()
+    except ExportError as e:
+        if not actor:
+            raise
+        raise ExportError(f"{e} (its torch actor's trained weights: {actor})") from e.__cause__
     directory.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all, never written through a symlink (`io.files`).
     atomic_write(directory / "act.jaxexport", bytes(blob))

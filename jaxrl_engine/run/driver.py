@@ -531,6 +531,13 @@ class Driver:
                 else "no checkpoint was written before it"
             )
         )
+        torch_policy = getattr(run.cfg.algo, "torch_policy", None)
+        if getattr(torch_policy, "acting_dtype", None) == "float16":
+            error.add_note(
+                "the actor acts in float16 (algo.torch_policy.acting_dtype=float16), whose "
+                "largest value is 65504: an observation or activation beyond it acts as inf, "
+                "and the losses of its actions are NaN; bfloat16 keeps float32's range"
+            )
         raise error
 
     @staticmethod

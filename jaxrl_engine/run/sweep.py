@@ -38,7 +38,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.distributed.sweep import Member, SweepPrograms
-from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_policy
+from jaxrl_engine.export.policy import POLICY_DIR, ExportError, export_acting, export_policy
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.io.config import Config
 from jaxrl_engine.io.files import SPEC_FILE, RunDirError, atomic_write, strict_json
@@ -649,11 +649,13 @@ class SweepDriver:
         params = to_host(state.eval_params)
         if not self.primary:
             return
+        exported: Any = None  # one export for every member (their params differ, not shapes)
         for i, run in completed:
+            member_params = jax.tree.map(lambda x: x[i], params)
             try:
-                export_policy(
-                    engine, jax.tree.map(lambda x: x[i], params), run.out.path / POLICY_DIR
-                )
+                if exported is None:
+                    exported = export_acting(engine, member_params)
+                export_policy(engine, member_params, run.out.path / POLICY_DIR, exported=exported)
             except ExportError as e:
                 warnings.warn(f"{run.member.name}: policy not exported: {e}", stacklevel=2)
 

@@ -217,22 +217,24 @@ def test_a_resume_refuses_a_member_whose_records_are_gone_and_a_new_grid_clears_
     # Another grid over the finished sweep: the old members and their group go, not only
     # the members of the new plan.
     (gone / "metrics.jsonl").write_text("")
+    # (Two members in every sweep here, and these two programs only: each compiles once.)
     finished = small_config(*SWEEP, "name=done", tmp_path=tmp_path)
-    jre.sweep(finished, seeds=[0], grid={"algo.num_steps": [16, 32]}, split_static=True)
-    jre.sweep(finished, seeds=[0], grid={"algo.lr": [1e-3]})
+    jre.sweep(finished, seeds=[0, 1], grid={"algo.num_steps": [16, 32]}, split_static=True)
+    jre.sweep(finished, seeds=[0, 1], grid={"algo.lr": [1e-3]})
     done = tmp_path / "done"
     assert sorted(p.name for p in done.iterdir() if p.is_dir()) == [
         "checkpoints",
         "seed0_algo.lr=0.001",
+        "seed1_algo.lr=0.001",
     ]
     assert [p.name for p in (done / "checkpoints").iterdir()] == ["group0"]
     # ... but an unfinished group of the old sweep is refused, before anything goes.
-    paused = small_config(*SWEEP, "name=paused", "total_env_steps=512", tmp_path=tmp_path)
+    paused = small_config(*SWEEP, "name=paused", tmp_path=tmp_path)
     grid = {"algo.num_steps": [16, 32]}
-    jre.sweep(paused, seeds=[0], grid=grid, split_static=True, num_epochs=2)
+    jre.sweep(paused, seeds=[0, 1], grid=grid, split_static=True, num_epochs=1)
     shutil.rmtree(tmp_path / "paused" / "checkpoints" / "group0")  # (only group1 unfinished)
     with pytest.raises(jre.CheckpointError, match=r"unfinished sweep \(group1: checkpoint of"):
-        jre.sweep(paused, seeds=[0], grid={"algo.lr": [1e-3]})
+        jre.sweep(paused, seeds=[0, 1], grid={"algo.lr": [1e-3]})
     assert (tmp_path / "paused" / "checkpoints" / "group1").is_dir()
 
 

@@ -356,6 +356,31 @@ def test_bf16_acting_copy(tmp_path):
     np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)
 
 
+def huge_first_layer(obs_shape, action_dim, scale):
+    """An MLP whose first layer's weights (1e8) overflow float16 (largest value 65504)."""
+    module = mlp(obs_shape, action_dim, scale)
+    with torch.no_grad():
+        module[0].weight.mul_(1e8)
+    return module
+
+
+def test_a_float16_actor_that_overflows_is_named_in_the_non_finite_error(tmp_path):
+    # The NaN shows first in the learner's losses (the actor's log-probs were NaN), which
+    # named only train/approx_kl: the error now says the actor acts in float16.
+    engine = jre.build(
+        _torch_cfg(
+            tmp_path,
+            "algo.torch_policy.factory=tests.interop.test_torch_policy:huge_first_layer",
+            "algo.torch_policy.acting_dtype=float16",
+        )
+    )
+    with pytest.raises(jre.NonFiniteError) as e:
+        engine.run(engine.init(jax.random.key(0)))
+    assert "acts in float16 (algo.torch_policy.acting_dtype=float16)" in "\n".join(
+        e.value.__notes__
+    )
+
+
 def test_a_bf16_acting_policy_is_exported_evaluated_and_loaded(tmp_path):
     # numpy saves bfloat16 as raw 2-byte records ('|V2'): eval and the loaders failed on them.
     import importlib.util
