@@ -295,8 +295,8 @@ def test_a_keyboard_interrupt_inside_a_chunk_is_a_failure_keeping_the_checkpoint
     engine = built[1]
     chunk = jre.Driver._chunk
 
-    def interrupted_after_compiled_call(self, engine, state, run, hooks):
-        out = chunk(self, engine, state, run, hooks)  # (donates `state`)
+    def interrupted_after_compiled_call(self, engine, state, run, hooks, stop=None):
+        out = chunk(self, engine, state, run, hooks, stop)  # (donates `state`)
         if run.done >= 4:
             raise KeyboardInterrupt
         return out
