@@ -56,6 +56,14 @@ from jaxrl_engine.run.run_dir import (
 from jaxrl_engine.run.signals import StopSignal, raise_if_stopped, stop_on_signals
 
 
+def _chunk_length(engine: Engine, hooks: list[HostHook], start: int, total: int) -> int:
+    """Epochs from `start` to the nearest boundary: the run's end, the next evaluation, a
+    hook's (`next_boundary`), and at most `engine.epochs_per_call`."""
+    boundaries = [total, (start // engine.eval_interval + 1) * engine.eval_interval]
+    boundaries += [b for h in hooks if (b := h.next_boundary(start)) is not None]
+    return min(min(boundaries) - start, engine.epochs_per_call)
+
+
 @contextlib.contextmanager
 def _host_errors(engine: Engine) -> Iterator[None]:
     """An exception raised by a host env inside a compiled call (a callback) comes out of XLA
@@ -446,10 +454,11 @@ class Driver:
         (the compiled loop stops after that epoch: the state is its state)."""
         cfg, start_epoch, total = self.cfg, run.done, run.total
         began = time.perf_counter()
-        if cfg.profile:  # one epoch, each phase its own timed call
-            n = 1
-            if stop is not None:
-                stop.last = start_epoch + n >= total
+        # (profile: one epoch, each phase its own timed call)
+        n = 1 if cfg.profile else _chunk_length(engine, hooks, start_epoch, total)
+        if stop is not None:  # (a signal during the run's last call: it completes)
+            stop.last = start_epoch + n >= total
+        if cfg.profile:
             metrics: dict[str, Any] = {}
             for name in EPOCH_PHASES:
                 with _host_errors(engine):
@@ -458,12 +467,6 @@ class Driver:
             state = jax.device_put(state, engine.state_sharding)
             rows = [metrics]
         else:
-            interval = engine.eval_interval
-            boundaries = [total, (start_epoch // interval + 1) * interval]
-            boundaries += [b for h in hooks if (b := h.next_boundary(start_epoch)) is not None]
-            n = min(min(boundaries) - start_epoch, engine.epochs_per_call)
-            if stop is not None:  # (a signal during the run's last call: it completes)
-                stop.last = start_epoch + n >= total
             with _host_errors(engine):
                 if self.overlap:
                     state, rows = overlapped_epochs(engine, state, n, self.actor_device)

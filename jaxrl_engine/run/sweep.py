@@ -649,7 +649,8 @@ class SweepDriver:
         params = to_host(state.eval_params)
         if not self.primary:
             return
-        exported: Any = None  # one export for every member (their params differ, not shapes)
+        # One export for every member: their params differ, not their shapes.
+        exported: jax.export.Exported | None = None
         for i, run in completed:
             member_params = jax.tree.map(lambda x: x[i], params)
             try:

@@ -365,8 +365,8 @@ def huge_first_layer(obs_shape, action_dim, scale):
 
 
 def test_a_float16_actor_that_overflows_is_named_in_the_non_finite_error(tmp_path):
-    # The NaN shows first in the learner's losses (the actor's log-probs were NaN), which
-    # named only train/approx_kl: the error now says the actor acts in float16.
+    # The NaN shows first in the learner's losses (the actor's log-probs are NaN), whose
+    # name alone does not point at the acting dtype: the error's notes do.
     engine = jre.build(
         _torch_cfg(
             tmp_path,

@@ -126,6 +126,19 @@ def send_and_wait(stops, sig) -> None:
         time.sleep(0.01)
 
 
+def signal_as_a_groups_last_call_ends(monkeypatch, stops, index: int) -> None:
+    """SIGINT as the sweep's group `index` (in `self.groups`) ends its last compiled call."""
+    original = sweep_module.SweepDriver._chunk
+
+    def chunk(self, group, runs, state, start, n, total):
+        state = original(self, group, runs, state, start, n, total)
+        if group.label == self.groups[index].label and start + n == total:
+            send_and_wait(stops, signal.SIGINT)
+        return state
+
+    monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+
+
 def split_sweep(tmp_path):
     cfg = small_config("name=g", "save_interval=2", "loggers=[jsonl]", tmp_path=tmp_path)
     return lambda: jre.sweep(cfg, seeds=[0], grid=GRID, split_static=True)
@@ -139,17 +152,8 @@ def test_a_signal_in_a_groups_last_epochs_stops_before_the_next_group(
     tmp_path, monkeypatch, capsys
 ):
     run_sweep = split_sweep(tmp_path)
-    original = sweep_module.SweepDriver._chunk
-
     with sweep_stop_recorded() as stops:
-
-        def chunk(self, group, runs, state, start, n, total):
-            state = original(self, group, runs, state, start, n, total)
-            if group.label == self.groups[0].label and start + n == total:
-                send_and_wait(stops, signal.SIGINT)  # as the first group's last call ends
-            return state
-
-        monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+        signal_as_a_groups_last_call_ends(monkeypatch, stops, 0)
         with pytest.raises(jre.TrainingInterrupted, match="stopped before") as e:
             run_sweep()
     root = tmp_path / "g"
@@ -347,17 +351,8 @@ def test_a_signal_in_the_last_groups_last_epochs_lets_the_sweep_complete(
     tmp_path, monkeypatch, capsys
 ):
     run_sweep = split_sweep(tmp_path)
-    original = sweep_module.SweepDriver._chunk
-
     with sweep_stop_recorded() as stops:
-
-        def chunk(self, group, runs, state, start, n, total):
-            state = original(self, group, runs, state, start, n, total)
-            if group.label == self.groups[-1].label and start + n == total:
-                send_and_wait(stops, signal.SIGINT)  # as the last group's last call ends
-            return state
-
-        monkeypatch.setattr(sweep_module.SweepDriver, "_chunk", chunk)
+        signal_as_a_groups_last_call_ends(monkeypatch, stops, -1)
         summary = run_sweep()
     assert summary["status"] == "completed" and summary["completed"] == 2
     err = capsys.readouterr().err
