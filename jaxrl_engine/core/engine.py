@@ -111,6 +111,9 @@ def _checked(name: str, phase: Phase) -> Phase:
                 )
         return new, metrics
 
+    # Named after its phase, not the hook's inner function: compile logs, profiles and cache
+    # entries say jit(evaluate), not jit(wrapped).
+    wrapped.__name__ = wrapped.__qualname__ = name
     return wrapped
 
 
@@ -209,6 +212,32 @@ class Program:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.jitted, attr)
+
+
+class OneEpoch:
+    """`engine.epoch(state) -> (state, metrics)`: one epoch, run by the `epochs` program with
+    n = 1 (its metrics: the table's first row). One executable serves `epoch`, `epochs` and the
+    driver, so a notebook that steps `epoch` and then calls `run` (or `warm_up`, which asked for
+    both) compiles the fused epoch once, not twice. `lower` and the rest are the `epochs` jit's
+    (which takes the epoch count too)."""
+
+    name = "epoch"
+
+    def __init__(self, epochs: Program):
+        self._epochs = epochs
+
+    def __call__(self, state: EngineState) -> tuple[EngineState, Metrics]:
+        one = 1 if isinstance(state, jax.core.Tracer) else _epoch_count(1)
+        state, table, _ = self._epochs(state, one)
+        return state, _first_row(table)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._epochs, attr)
+
+
+@jax.jit
+def _first_row(table: Metrics) -> Metrics:
+    return jax.tree.map(lambda x: x[0], table)
 
 
 def _check_epoch_count(n: Any) -> None:
@@ -467,16 +496,8 @@ class Engine:
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
         # donates nothing; the driver drops the old state, which frees it just the same.
         donate = () if self.host_between_epochs else 0
-        self.epoch = program(
-            "epoch",
-            jax.jit(
-                self.pure_epoch,
-                donate_argnums=donate,
-                in_shardings=(self.state_sharding,),
-                out_shardings=(self.state_sharding, None),
-            ),
-        )
-        # Several epochs per compiled call (the driver's default; see `pure_epochs`).
+        # Several epochs per compiled call (the driver's; see `pure_epochs`), and one epoch,
+        # the same program with n = 1 (`OneEpoch`).
         self.epochs_per_call = max(1, min(eval_interval, num_epochs, MAX_EPOCHS_PER_CALL))
         self.epochs = program(
             "epochs",
@@ -487,6 +508,7 @@ class Engine:
                 out_shardings=(self.state_sharding, None, None),
             ),
         )
+        self.epoch = OneEpoch(self.epochs)
         # Memory kinds are applied by device_put after init: XLA may hand two equal outputs
         # (train params and their acting copy) one buffer, which a host out_sharding rejects.
         self._init_jit = jax.jit(
@@ -654,21 +676,24 @@ class Engine:
     ) -> EngineState:
         """AOT-compile every phase and the epoch along the real data flow; check shapes.
 
-        phases: what to compile (default: the five phases, "epoch" and "epochs"; "learn" on
-        request); the driver asks only for what it will run. on_compile(name, i, n): called
-        before the i-th of n compilations (the driver's "compiling ..." status). Records
-        compile seconds and XLA's cost/memory analysis in `self.compile_report`. The state is
-        returned untouched (nothing runs, nothing to reseed).
+        phases: what to compile (default: the five phases and "epochs"; "learn" on request;
+        "epoch" is the "epochs" program, see `OneEpoch`); the driver asks only for what it
+        will run. on_compile(name, i, n): called before the i-th of n compilations (the
+        driver's "compiling ..." status). Records compile seconds and XLA's cost/memory
+        analysis in `self.compile_report`. The state is returned untouched (nothing runs,
+        nothing to reseed).
         """
         check_jax_settings()
-        wanted = set(phases) if phases is not None else {*PHASES, "epoch", "epochs"}
+        wanted = set(phases) if phases is not None else {*PHASES, "epochs"}
+        if "epoch" in wanted:  # (one epoch runs the epochs program)
+            wanted = (wanted - {"epoch"}) | {"epochs"}
         check_shapes(state, self.spec, self.algo)
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
         chained = [name for name in EPOCH_PHASES if name in wanted]
         along = EPOCH_PHASES[: EPOCH_PHASES.index(chained[-1]) + 1] if chained else ()
-        others = [n for n in ("evaluate", "epoch", "learn", "epochs") if n in wanted]
+        others = [n for n in ("evaluate", "learn", "epochs") if n in wanted]
         plan = [*along, *others]
         current = boundary
         for i, name in enumerate(plan, 1):
@@ -682,8 +707,8 @@ class Engine:
                     # A phase with ordered effects (a host env's callbacks): jax does not give
                     # its output layouts; its outputs have the state's shapes and placement.
                     current = boundary
-            else:  # evaluate, epoch and learn (after a rollout: the same shapes) from the
-                # state; epochs from the state and its epoch count
+            else:  # evaluate and learn (after a rollout: the same shapes) from the state;
+                # epochs from the state and its epoch count
                 extra = (jax.ShapeDtypeStruct((), jnp.int32),) if name == "epochs" else ()
                 self._compile(name, getattr(self, name), boundary, *extra)
         return state
@@ -694,7 +719,9 @@ class Engine:
         return compiled
 
     def compiled(self, name: str) -> bool:
-        """Whether `warm_up` has compiled `name` (a phase, "epoch", "epochs" or "learn")."""
+        """Whether `warm_up` has compiled `name` (a phase, "epochs" or "learn"; "epoch" is
+        "epochs")."""
+        name = "epochs" if name == "epoch" else name
         return name in self._compiled
 
     @property
@@ -707,6 +734,8 @@ class Engine:
     def call(self, name: str, state: EngineState, *args: Any) -> Any:
         """Run one compiled phase, 'epoch' or 'epochs' (`call("epochs", state, n)`); uses
         warm_up's executable when there is one."""
+        if name == "epoch":
+            return self.epoch(state, *args)
         fn = self._compiled.get(name) or getattr(self, name).jitted
         if name == "epochs":
             args = tuple(_epoch_count(a) for a in args)

@@ -23,34 +23,37 @@ def make_train(engine: Engine) -> Callable[..., tuple[EngineState, Metrics]]:
     `train.engine` is the engine.
     """
     interval = engine.eval_interval
-    blocks, rest = divmod(engine.num_epochs, interval)
+    num_epochs = engine.num_epochs
+    blocks = -(-num_epochs // interval)  # the last one may be short: evaluated at its end
     evaluate = engine.pure_phases["evaluate"]
 
-    def epochs(state: EngineState, length: int) -> tuple[EngineState, Metrics]:
-        return jax.lax.scan(lambda s, _: engine.pure_epoch(s), state, None, length=length)
+    def epoch_or_skip(state: EngineState, epoch: jax.Array) -> tuple[EngineState, Metrics]:
+        # A short last block skips its missing epochs with a `lax.cond` on the scan's epoch
+        # index (never batched, so a real branch under vmap too) rather than scanning the
+        # remainder in a second loop: one copy of the epoch in the program, not two, which
+        # is what XLA's compile time follows.
+        if blocks * interval == num_epochs:
+            return engine.pure_epoch(state)
+        shapes = jax.eval_shape(engine.pure_epoch, state)[1]
 
-    def block(state: EngineState, _: None):
-        state, metrics = epochs(state, interval)
+        def skip(state: EngineState) -> tuple[EngineState, Metrics]:
+            return state, {k: jnp.zeros(v.shape, v.dtype) for k, v in shapes.items()}
+
+        return jax.lax.cond(epoch < num_epochs, engine.pure_epoch, skip, state)
+
+    def block(state: EngineState, first: jax.Array):
+        state, metrics = jax.lax.scan(epoch_or_skip, state, first + jnp.arange(interval))
         state, eval_metrics = evaluate(state)
         return state, (metrics, eval_metrics)
 
     def train(key: jax.Array, hparams: Any = None) -> tuple[EngineState, Metrics]:
         state = engine.init_pure(key, hparams)
-        epoch_metrics, eval_metrics = [], []
-        if blocks:
-            state, (m, e) = jax.lax.scan(block, state, None, length=blocks)
-            epoch_metrics.append(jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), m))
-            eval_metrics.append(e)
-        if rest:
-            state, m = epochs(state, rest)
-            state, e = evaluate(state)
-            epoch_metrics.append(m)
-            eval_metrics.append(jax.tree.map(lambda x: x[None], e))
-        metrics = {
-            **jax.tree.map(lambda *x: jnp.concatenate(x), *epoch_metrics),
-            **jax.tree.map(lambda *x: jnp.concatenate(x), *eval_metrics),
-        }
-        return state, metrics
+        firsts = jnp.arange(blocks) * interval
+        state, (epoch_metrics, eval_metrics) = jax.lax.scan(block, state, firsts)
+        epoch_metrics = jax.tree.map(
+            lambda x: x.reshape((-1, *x.shape[2:]))[:num_epochs], epoch_metrics
+        )
+        return state, {**epoch_metrics, **eval_metrics}
 
     train.engine = engine  # type: ignore[attr-defined]
     return train
