@@ -85,16 +85,22 @@ def test_an_update_interval_longer_than_the_run_is_warned_about_with_the_runs_st
     assert engine.driver.cfg.algo.replay(4, engine.num_epochs).run_grad_steps == 56
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac"])
-def test_vmapped_make_train_over_2_seeds_equals_single_seed_runs(algo, tmp_path):
+@pytest.mark.parametrize(("algo", "field"), [("dqn", "lr"), ("sac", "critic_lr")])
+def test_vmapped_make_train_over_2_members_equals_their_own_runs(algo, field, tmp_path):
+    """`jax.jit(jax.vmap(train))(keys, hparams)`: two members that differ in seed and in a
+    learning rate (a traced hyperparameter) train as their own runs do, replay buffer included."""
     cfg = config(algo, "algo.prioritized=true", tmp_path=tmp_path)
     train = jre.make_train(cfg)
+    hp = jre.hparams(cfg)
+    settings = [hp.replace(**{field: lr}) for lr in (3e-4, 1e-3)]
+    stacked = jax.tree.map(lambda *x: jnp.stack([jnp.float32(v) for v in x]), *settings)
     keys = jax.vmap(jax.random.key)(jnp.arange(2))
-    batched_state, batched = jax.jit(jax.vmap(train))(keys)
+    batched_state, batched = jax.jit(jax.vmap(train))(keys, stacked)
     single = jax.jit(train)
     loss = "train/loss" if algo == "dqn" else "train/critic_loss"
     for i in range(2):
-        state, metrics = single(jax.random.key(i))
+        state, metrics = single(jax.random.key(i), settings[i])
+        assert float(getattr(state.hparams, field)) == pytest.approx((3e-4, 1e-3)[i])
         for k in (loss, "evaluate/episode_return", "update_dataset/buffer_size"):
             np.testing.assert_allclose(batched[k][i], metrics[k], rtol=1e-4, atol=1e-4)
         for a, b in zip(
