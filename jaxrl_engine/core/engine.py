@@ -217,9 +217,8 @@ class Program:
 class OneEpoch:
     """`engine.epoch(state) -> (state, metrics)`: one epoch, run by the `epochs` program with
     n = 1 (its metrics: the table's first row). One executable serves `epoch`, `epochs` and the
-    driver, so a notebook that steps `epoch` and then calls `run` (or `warm_up`, which asked for
-    both) compiles the fused epoch once, not twice. `lower` and the rest are the `epochs` jit's
-    (which takes the epoch count too)."""
+    driver, so stepping `epoch` and then calling `run` compiles the fused epoch once. `lower`
+    and the rest are the `epochs` jit's (which takes the epoch count too)."""
 
     name = "epoch"
 
@@ -227,8 +226,7 @@ class OneEpoch:
         self._epochs = epochs
 
     def __call__(self, state: EngineState) -> tuple[EngineState, Metrics]:
-        one = 1 if isinstance(state, jax.core.Tracer) else _epoch_count(1)
-        state, table, _ = self._epochs(state, one)
+        state, table, _ = self._epochs(state, _epoch_count(1))
         return state, _first_row(table)
 
     def __getattr__(self, attr: str) -> Any:
@@ -238,6 +236,11 @@ class OneEpoch:
 @jax.jit
 def _first_row(table: Metrics) -> Metrics:
     return jax.tree.map(lambda x: x[0], table)
+
+
+def _program_name(name: str) -> str:
+    """The compiled program behind `name`: "epoch" runs "epochs" (`OneEpoch`)."""
+    return "epochs" if name == "epoch" else name
 
 
 def _check_epoch_count(n: Any) -> None:
@@ -684,9 +687,7 @@ class Engine:
         nothing to reseed).
         """
         check_jax_settings()
-        wanted = set(phases) if phases is not None else {*PHASES, "epochs"}
-        if "epoch" in wanted:  # (one epoch runs the epochs program)
-            wanted = (wanted - {"epoch"}) | {"epochs"}
+        wanted = {_program_name(n) for n in phases} if phases is not None else {*PHASES, "epochs"}
         check_shapes(state, self.spec, self.algo)
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
@@ -721,8 +722,7 @@ class Engine:
     def compiled(self, name: str) -> bool:
         """Whether `warm_up` has compiled `name` (a phase, "epochs" or "learn"; "epoch" is
         "epochs")."""
-        name = "epochs" if name == "epoch" else name
-        return name in self._compiled
+        return _program_name(name) in self._compiled
 
     @property
     def compile_seconds(self) -> float:

@@ -92,7 +92,8 @@ def test_vmapped_make_train_over_2_members_equals_their_own_runs(algo, field, tm
     cfg = config(algo, "algo.prioritized=true", tmp_path=tmp_path)
     train = jre.make_train(cfg)
     hp = jre.hparams(cfg)
-    settings = [hp.replace(**{field: lr}) for lr in (3e-4, 1e-3)]
+    lrs = (3e-4, 1e-3)
+    settings = [hp.replace(**{field: lr}) for lr in lrs]
     stacked = jax.tree.map(lambda *x: jnp.stack([jnp.float32(v) for v in x]), *settings)
     keys = jax.vmap(jax.random.key)(jnp.arange(2))
     batched_state, batched = jax.jit(jax.vmap(train))(keys, stacked)
@@ -100,7 +101,7 @@ def test_vmapped_make_train_over_2_members_equals_their_own_runs(algo, field, tm
     loss = "train/loss" if algo == "dqn" else "train/critic_loss"
     for i in range(2):
         state, metrics = single(jax.random.key(i), settings[i])
-        assert float(getattr(state.hparams, field)) == pytest.approx((3e-4, 1e-3)[i])
+        assert float(getattr(state.hparams, field)) == pytest.approx(lrs[i])
         for k in (loss, "evaluate/episode_return", "update_dataset/buffer_size"):
             np.testing.assert_allclose(batched[k][i], metrics[k], rtol=1e-4, atol=1e-4)
         for a, b in zip(
