@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from jaxrl_engine.distributed.launch import free_port
+from tests.conftest import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -43,7 +44,7 @@ PATIENT = "distributed.heartbeat_timeout_s=300"
 
 
 def devices(n: int) -> dict[str, str]:
-    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
+    return subprocess_env(devices=n)
 
 
 def cli(args: list[str], n_devices: int, timeout: float = 420) -> subprocess.CompletedProcess:

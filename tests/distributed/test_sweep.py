@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from jaxrl_engine.export.policy import load_params
 from jaxrl_engine.io.config import MeshConfig
 from jaxrl_engine.io.files import RunDirError
 from jaxrl_engine.run.sweep import iqm
-from tests.conftest import SMALL, run_on_four_devices, small_config
+from tests.conftest import SMALL, run_on_four_devices, small_config, subprocess_env
 
 SEEDS = [0, 1, 2, 3]
 GRID = {"algo.lr": [3e-4, 1e-3]}
@@ -345,7 +344,7 @@ def test_cli_sweep_end_to_end(tmp_path):
     in the grid exits 2 naming it."""
     cli = [sys.executable, "-m", "jaxrl_engine.cli", "sweep", *SMALL, f"run_dir={tmp_path}"]
     root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = subprocess_env()  # one device
     bad = subprocess.run(
         [*cli, "algo.num_steps=[16,32]"], capture_output=True, text=True, cwd=root, env=env
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from jaxrl_engine.interop import (  # noqa: E402
     to_torch,
     torch_views,
 )
+from tests.conftest import subprocess_env  # noqa: E402
 
 ZERO_COPY_DTYPES = [
     (torch.float32, jnp.float32),
@@ -246,7 +246,7 @@ def test_sharded_arrays_are_refused_exported_per_shard_or_gathered():
         print("ok")
         """
     )
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = subprocess_env(devices=2)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
