@@ -26,16 +26,16 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-# The suite compiles at XLA's backend optimization level 0 (LLVM's -O0 on a CPU), set here for
-# the pytest process, its workers and the subprocesses they start. Compiling is most of the
-# suite's time and a test's programs run briefly: the README's library-and-sweep test took
-# 110.8 s at the default level and 71.9 s at level 0 (its compiles 75.6 s and 34.9 s), while the
-# default config's epochs run ~3.4x slower at level 0 (benchmarks/RESULTS.md, session 32). The
-# level changes how fast a program runs, not what it computes: results differ in float rounding
-# only, and each comparison in a test is between programs compiled at the same level. The runs
-# that train to a target return (tests/test_targets.py, also the torch targets) compile at the
-# default level, as a user's run does: `subprocess_env(default_level=True)`. A level the caller
-# set in XLA_FLAGS is kept.
+# The suite compiles at XLA's backend optimization level 0 (LLVM's -O0 on a CPU), set on import
+# of this module for the pytest process, its workers and the subprocesses they start. Compiling
+# is most of the suite's time and a test's programs run briefly: the README's library-and-sweep
+# test took 110.8 s at the default level and 71.9 s at level 0 (its compiles 75.6 s and
+# 34.9 s), while the default config's epochs run ~3.4x slower at level 0 (benchmarks/RESULTS.md,
+# "The test suite at XLA's optimization level 0"). The level changes how fast a program runs,
+# not what it computes: results differ in float rounding only, and each comparison in a test is
+# between programs compiled at the same level. The runs that train to a target return
+# (tests/test_targets.py, also the torch targets) compile at the default level, as a user's run
+# does: `subprocess_env(default_level=True)`. A level the caller set in XLA_FLAGS is kept.
 OPT_LEVEL = "--xla_backend_optimization_level"
 if OPT_LEVEL not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL}=0".strip()

@@ -43,16 +43,12 @@ CLI = [sys.executable, "-m", "jaxrl_engine.cli"]
 PATIENT = "distributed.heartbeat_timeout_s=300"
 
 
-def devices(n: int) -> dict[str, str]:
-    return subprocess_env(devices=n)
-
-
 def cli(args: list[str], n_devices: int, timeout: float = 420) -> subprocess.CompletedProcess:
     """Run the CLI; past `timeout`, every process of it prints its threads' stacks (SIGUSR1,
     which `jaxrl-engine launch` passes on) and the test fails showing them."""
     proc = subprocess.Popen(
         [*CLI, *args],
-        env=devices(n_devices),
+        env=subprocess_env(devices=n_devices),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -156,7 +152,7 @@ def test_a_process_that_dies_stops_the_other_with_its_last_checkpoint_intact(tmp
     procs = [
         subprocess.Popen(
             [*CLI, "train", *args, f"distributed.process_id={i}"],
-            env=devices(2),
+            env=subprocess_env(devices=2),
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -192,7 +188,7 @@ def test_a_process_that_dies_stops_the_other_with_its_last_checkpoint_intact(tmp
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "dies")],
-        env=devices(2),
+        env=subprocess_env(devices=2),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -345,7 +341,7 @@ def test_processes_given_different_configs_are_refused_naming_the_keys(tmp_path)
                 f"run_dir={tmp_path}",
                 *extra,
             ],
-            env=devices(1),
+            env=subprocess_env(devices=1),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
