@@ -387,8 +387,15 @@ class Config(Strict):
     progress: bool = Field(True, description="rich progress bar in the driver")
     loggers: list[LoggerName] = Field(
         default_factory=lambda: list(DEFAULT_LOGGERS),
-        description="metric backends, fed once per epoch: jsonl (metrics.jsonl, always written), "
+        description="metric backends, fed once per epoch (or per log_interval epochs): jsonl (metrics.jsonl, always written), "
         "tensorboard (event files in the run dir), wandb (the `wandb` extra)",
+    )
+    log_interval: int = Field(
+        1,
+        gt=0,
+        description="one metrics record (metrics.jsonl and the loggers) per this many epochs: "
+        "the means over them (episode returns over the episodes that ended in them), and at "
+        "every evaluation and checkpoint",
     )
     wandb: WandbConfig = Field(default_factory=lambda: WandbConfig())
     distributed: DistributedConfig = Field(default_factory=lambda: DistributedConfig())
@@ -1023,6 +1030,7 @@ PRESENTATION_KEYS = (
     "profile",
     "compile_cache_dir",
     "loggers",
+    "log_interval",
     "wandb.",
     "save_interval",
     "keep_checkpoints",

@@ -6,6 +6,10 @@ to every other backend selected by the config key `loggers`. A backend is anythi
 `log(record)` and `close()`; the record is a flat dict of Python floats/ints keyed like the
 metrics (`evaluate/episode_return`), plus `epoch`, `env_steps` and `wall_s`. Backends import
 their library lazily, so `import jaxrl_engine` never needs wandb.
+
+With `log_interval` N > 1 the run directory writes one record per window of epochs instead
+(`window_record`): a long off-policy run of small epochs (16 env steps each) otherwise writes
+a record every 16 env steps, and its files grow with the run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,61 @@ from jaxrl_engine.io.tfevents import EventFileWriter
 
 # Record fields that index the curve rather than being metrics.
 INDEX_KEYS = ("epoch", "env_steps", "wall_s")
+
+
+# How `window_record` merges a metric over a window's epochs; a metric not named here is
+# averaged. Counts add up; states and counters (a version, a schedule's value) are their last
+# value; a flag is whether it was ever set.
+SUMMED = frozenset({"rollout/episodes"})
+LAST = frozenset(
+    {
+        "sync_weights/version",
+        "update_dataset/buffer_size",
+        "update_dataset/priority_beta",
+        "train/epsilon",
+        "train/alpha",
+    }
+)
+EVER = frozenset({"update_dataset/buffer_overflowed"})
+# Means over the episodes that ended in the window (an epoch's value is the mean over the
+# episodes that ended in it, weighted here by `rollout/episodes`; with none, the last value).
+PER_EPISODE = frozenset({"rollout/episode_return", "rollout/episode_length"})
+
+
+def window_record(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record for a window of consecutive epochs' records: `epoch`, `env_steps` and
+    `wall_s` of its last epoch; `rollout/episode_return` and `rollout/episode_length` the means
+    over the episodes that ended in the window (the last epoch's, carried, when none did);
+    `rollout/episodes` their number; the metrics of `LAST` their last value, of `EVER` their
+    maximum, every other metric its mean over the epochs that have it (an evaluation's, which
+    only the window's last epoch has, as it is)."""
+    if len(records) == 1:
+        return records[0]
+    last = records[-1]
+    out: dict[str, Any] = {}
+    for key in last:  # (every epoch's record has the same training metrics)
+        values = [r[key] for r in records if key in r]
+        if key in INDEX_KEYS or key in LAST or not all(_is_number(v) for v in values):
+            out[key] = last[key]
+        elif key in SUMMED:
+            out[key] = sum(values)
+        elif key in EVER:
+            out[key] = max(values)
+        elif key in PER_EPISODE and all(_is_number(r.get("rollout/episodes")) for r in records):
+            counts = [r["rollout/episodes"] for r in records]
+            total = sum(counts)
+            out[key] = (
+                sum(c * r[key] for c, r in zip(counts, records, strict=True) if c) / total
+                if total
+                else last[key]
+            )
+        else:
+            out[key] = math.fsum(values) / len(values)
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Logger(Protocol):

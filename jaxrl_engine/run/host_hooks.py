@@ -226,6 +226,9 @@ class Logging(HostHook):
                 _take_evaluation(run, record)
             run.out.log(record)
 
+    def end(self, run: RunInfo, state: EngineState) -> None:
+        run.out.flush_logs()  # (the epochs `log_interval` held: before the summary)
+
     def close(self, run: RunInfo) -> None:
         run.out.close_logs()
 

@@ -31,7 +31,7 @@ from jaxrl_engine.io.files import (
     open_append,
     strict_json,
 )
-from jaxrl_engine.io.logging import make_loggers
+from jaxrl_engine.io.logging import make_loggers, window_record
 
 LOCK_FILE = ".lock"
 
@@ -189,6 +189,7 @@ class RunDir:
         # What `metrics.jsonl` holds: its length, records and running SHA-256 (a checkpoint
         # records them, not the records themselves: `metrics_mark`)
         self._log_bytes, self._log_records, self._log_hash = 0, 0, hashlib.sha256()
+        self._window: list[dict[str, Any]] = []  # epochs not yet written (`log_interval`)
         self.lock = RunLock(self.path)
         if not writer:
             return
@@ -272,16 +273,36 @@ class RunDir:
         return last, last_eval
 
     def metrics_mark(self) -> dict[str, Any]:
-        """What a checkpoint records of `metrics.jsonl`: its length, records and SHA-256."""
+        """What a checkpoint records of `metrics.jsonl`: its length, records and SHA-256 (the
+        epochs logged so far written first: a checkpoint's file holds its every epoch)."""
+        self.flush_logs()
         return {
             "bytes": self._log_bytes,
             "sha256": self._log_hash.hexdigest(),
             "records": self._log_records,
         }
 
-    def log(self, record: dict[str, Any]) -> str:
-        """Append one record; returns the line written (without its newline). A write that
-        fails (a full disk) leaves the file at its last whole record."""
+    def log(self, record: dict[str, Any]) -> None:
+        """Log one epoch's record. With `log_interval` N > 1 the epochs are held until a window
+        closes, at an epoch that is a multiple of N or has an evaluation (or at `flush_logs`:
+        a checkpoint, the end), and the window is written as one record (`window_record`)."""
+        interval = self.cfg.log_interval
+        if interval == 1:
+            self._write(record)
+            return
+        self._window.append(record)
+        if int(record["epoch"]) % interval == 0 or any(k.startswith("evaluate/") for k in record):
+            self.flush_logs()
+
+    def flush_logs(self) -> None:
+        """Write the epochs held since the last record (`log_interval`) as one record."""
+        if self._window:
+            window, self._window = self._window, []
+            self._write(window_record(window))
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Append one record. A write that fails (a full disk) leaves the file at its last
+        whole record."""
         line = strict_json(record)
         raw = (line + "\n").encode("utf-8")
         if self.writer:
@@ -298,7 +319,6 @@ class RunDir:
         self._log_bytes += len(raw)
         self._log_records += 1
         self._log_hash.update(raw)
-        return line
 
     def read_summary(self) -> dict[str, Any] | None:
         """The run's `summary.json`, or None when there is none (or it is unreadable)."""
@@ -309,8 +329,14 @@ class RunDir:
             atomic_write(self.path / "summary.json", strict_json(summary, indent=2))
 
     def close_logs(self) -> None:
-        """Close `metrics.jsonl` and the logger backends (the lock stays held)."""
+        """Write the epochs held (`log_interval`), close `metrics.jsonl` and the logger
+        backends (the lock stays held)."""
         errors = []
+        if self._metrics is not None or not self.writer:
+            try:
+                self.flush_logs()
+            except OSError as e:  # (a full disk: the file keeps its last whole record)
+                errors.append(e)
         for closable in [self._metrics, *self._backends]:
             if closable is None:
                 continue

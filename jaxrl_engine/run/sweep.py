@@ -596,6 +596,8 @@ class SweepDriver:
         checkpoints: Checkpointer,
         epoch: int,
     ) -> Path:
+        for run in runs:  # (the members' epochs held by log_interval: on disk with it)
+            run.out.flush_logs()
         return checkpoints.save(
             state,
             config=self._meta(group, runs),

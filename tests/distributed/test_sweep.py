@@ -444,3 +444,36 @@ def test_members_are_sharded_over_the_sweep_axis_with_one_devices_results(tmp_pa
         "mesh.data=8 needs 8 devices, 4 are visible",
         "mesh.data=8 needs 8 devices, 4 are visible (leave mesh.data null to use them all)",
     ]
+
+
+def test_log_interval_thins_each_members_records_and_a_resume_keeps_them(tmp_path):
+    """Members log one record per window (`log_interval=4`), closed by the sweep's checkpoint
+    (6) and the pause (7) too; stopped at 7 and resumed, each record is the window's
+    `window_record` over the same sweep's records logged every epoch."""
+    from jaxrl_engine.io.logging import window_record
+
+    common = ["total_env_steps=768", "eval.interval=10", "save_interval=6", "loggers=[jsonl]"]
+    every = small_config(*common, "name=every", tmp_path=tmp_path)
+    jre.sweep(every, seeds=[0, 1])
+    thin = small_config(*common, "log_interval=4", "name=thin", tmp_path=tmp_path)
+    jre.sweep(thin, seeds=[0, 1], num_epochs=7)
+    assert jre.resume_sweep(tmp_path / "thin")["status"] == "completed"
+    windows = [(1, 4), (5, 6), (7, 7), (8, 8), (9, 10), (11, 12)]
+    for ours, theirs in zip(
+        members_of(tmp_path / "thin"), members_of(tmp_path / "every"), strict=True
+    ):
+        full = {  # (null in metrics.jsonl: a NaN metric, as the run logged it)
+            r["epoch"]: {k: np.nan if v is None else v for k, v in r.items()}
+            for r in records(theirs)
+        }
+        assert sorted(full) == list(range(1, 13))
+        written = records(ours)
+        assert [r["epoch"] for r in written] == [hi for _, hi in windows]
+        for record, (lo, hi) in zip(written, windows, strict=True):
+            want = window_record([full[e] for e in range(lo, hi + 1)])
+            want = {k: v for k, v in want.items() if k != "wall_s"}
+            got = {k: record[k] for k in want}
+            extra = {k for k in record if k not in want and k != "wall_s"}
+            # (the paused call evaluated after its last epoch, 7; the other sweep did not)
+            assert all(k.startswith("evaluate/") for k in extra) and bool(extra) == (hi == 7)
+            np.testing.assert_allclose(numbers(got), numbers(want), rtol=1e-6)

@@ -171,3 +171,95 @@ def test_tensorboards_reader_checks_our_checksums(tmp_path):
     data[-6] ^= 0xFF  # inside the last record's payload
     writer.path.write_bytes(bytes(data))
     assert [e.step for e in EventFileLoader(str(writer.path)).Load()] == [0, 0, 0]
+
+
+def test_a_window_record_weights_episode_returns_by_episodes_and_keeps_the_evaluation():
+    from jaxrl_engine.io.logging import window_record
+
+    def epoch(n, returned, episodes, loss, **extra):
+        return {
+            "epoch": n,
+            "env_steps": 64 * n,
+            "wall_s": 0.5 * n,
+            "rollout/episode_return": returned,
+            "rollout/episode_length": 2 * returned,
+            "rollout/episodes": episodes,
+            "train/loss": loss,
+            "train/epsilon": 1.0 / n,
+            "sync_weights/version": float(n),
+            "update_dataset/buffer_overflowed": 1.0 if n == 2 else 0.0,
+            **extra,
+        }
+
+    # epoch 3 ended no episode: its return is epoch 2's, carried, and weighs nothing
+    records = [epoch(1, 10.0, 1.0, 1.0), epoch(2, 40.0, 3.0, 2.0), epoch(3, 40.0, 0.0, 6.0)]
+    records[-1]["evaluate/episode_return"] = 99.0
+    merged = window_record(records)
+    assert merged == {
+        "epoch": 3,
+        "env_steps": 192,
+        "wall_s": 1.5,
+        "rollout/episode_return": (10.0 + 3 * 40.0) / 4,
+        "rollout/episode_length": (20.0 + 3 * 80.0) / 4,
+        "rollout/episodes": 4.0,
+        "train/loss": 3.0,
+        "train/epsilon": 1.0 / 3,
+        "sync_weights/version": 3.0,
+        "update_dataset/buffer_overflowed": 1.0,
+        "evaluate/episode_return": 99.0,
+    }
+    # no episode ended in the window: the value carried into it (NaN before any episode)
+    quiet = window_record([epoch(4, 40.0, 0.0, 1.0), epoch(5, 40.0, 0.0, 1.0)])
+    assert quiet["rollout/episode_return"] == 40.0 and quiet["rollout/episodes"] == 0.0
+    first = window_record([epoch(1, float("nan"), 0.0, 1.0), epoch(2, float("nan"), 0.0, 1.0)])
+    assert np.isnan(first["rollout/episode_return"])
+
+
+def test_log_interval_writes_one_record_per_window_closed_by_evaluations_and_checkpoints(
+    tmp_path,
+):
+    """12 epochs, a window every 4, an evaluation at 10 and 12, a checkpoint at 6 (a pause at
+    7 in the first call, a resume to 12): each record of metrics.jsonl and of the TensorBoard
+    events is `window_record` over its epochs' own records, as `engine.run` returns them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from jaxrl_engine.io.logging import window_record
+
+    cfg = small_config(
+        "total_env_steps=768",  # 64 env steps an epoch
+        "eval.interval=10",
+        "log_interval=4",
+        "save_interval=6",
+        "loggers=[jsonl,tensorboard]",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg)
+    state, first = engine.run(engine.init(jax.random.key(0)), num_epochs=7)
+    assert first["status"] == "paused"
+    run_dir = tmp_path / cfg.name
+    engine, state = jre.resume(run_dir)
+    _, second = engine.run(state)
+    epochs = {r["epoch"]: r for r in [*first["records"], *second["records"]]}
+    assert sorted(epochs) == list(range(1, 13))
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    written = [json.loads(line) for line in lines]
+    assert [r["epoch"] for r in written] == [4, 6, 7, 8, 10, 12]
+    windows = [(1, 4), (5, 6), (7, 7), (8, 8), (9, 10), (11, 12)]
+    for record, (lo, hi) in zip(written, windows, strict=True):
+        want = window_record([epochs[e] for e in range(lo, hi + 1)])
+        assert record.keys() == want.keys()
+        for key, value in want.items():
+            assert record[key] == pytest.approx(value, rel=1e-6, nan_ok=True), (hi, key)
+    assert sum(r["rollout/episodes"] for r in written) == sum(
+        r["rollout/episodes"] for r in epochs.values()
+    )
+    assert [r["epoch"] for r in written if "evaluate/episode_return" in r] == [7, 10, 12]
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [r["env_steps"] for r in written]
+
+
+def test_log_interval_must_be_positive():
+    with pytest.raises(jre.ConfigError, match="log_interval"):
+        jre.load_config(None, ["log_interval=0"])
