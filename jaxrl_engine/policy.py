@@ -23,7 +23,7 @@ from jaxrl_engine.compose import (
     stored_factory,
     sweep_member,
 )
-from jaxrl_engine.core.engine import Engine
+from jaxrl_engine.core.engine import Engine, JaxSettingError
 from jaxrl_engine.core.state import EngineState, hparams_arrays
 from jaxrl_engine.export.policy import (
     POLICY_DIR,
@@ -92,9 +92,14 @@ def _exported_policy(directory: Path) -> Callable[..., jax.Array]:
     exported, params = load_exported(directory)
     obs_shape = exported.in_avals[-1].shape[1:]  # (params..., obs[batch, ...])
 
+    obs_dtype = exported.in_avals[-1].dtype
+
     def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
         del key  # (deterministic)
-        return exported.call(params, batch_of_observations(obs, obs_shape))
+        obs = batch_of_observations(obs, obs_shape)
+        if jnp.issubdtype(obs.dtype, jnp.floating) and jnp.issubdtype(obs_dtype, jnp.floating):
+            obs = obs.astype(obs_dtype)  # (float64 under jax_enable_x64: the graph's float32)
+        return exported.call(params, obs)
 
     return policy
 
@@ -167,7 +172,8 @@ def make_policy(
     has an exported policy. factory: the torch factory of a run trained with
     `algo.torch_policy` (a run directory is data: the factory it names is imported only when
     you name the same one here). Without it, a deterministic policy of such a run is its
-    exported artefact (`policy/act.jaxexport`, what `jaxrl-engine eval` plays).
+    exported artefact (`policy/act.jaxexport`, what `jaxrl-engine eval` plays), as is a
+    run's deterministic policy under `jax_enable_x64`, which the engine cannot be built under.
     """
     if isinstance(source, tuple):
         if not (
@@ -188,8 +194,29 @@ def make_policy(
             raise ExportError(problem)
         exported = not checkpoint and (run / POLICY_DIR / "act.jaxexport").is_file()
         yours = _users_algorithm(run)
-        if exported and deterministic and (yours or (factory is None and _names_user_code(run))):
+        # (under jax_enable_x64 the engine cannot be built, but the exported graph, float32
+        # inside, runs: observations are cast to its dtype)
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        if (
+            exported
+            and deterministic
+            and (x64 or yours or (factory is None and _names_user_code(run)))
+        ):
             return _exported_policy(run / POLICY_DIR)
+        if x64:
+            what = (
+                "sampling actions"
+                if not deterministic
+                else "reading the checkpoint's params"
+                if checkpoint
+                else "a run without an exported policy"
+            )
+            raise JaxSettingError(
+                f"make_policy({str(run)!r}): {what} needs the run's engine, which is not built "
+                "while jax_enable_x64 is on (it trains in float32 and int32): turn it off "
+                "(jax.config.update('jax_enable_x64', False)), or take the deterministic "
+                "policy, which plays the exported graph under x64 too"
+            )
         if yours:
             raise ExportError(
                 f"{run} was trained with the algorithm {yours!r} given to "

@@ -94,3 +94,28 @@ def test_the_engine_broadcasts_explicitly_under_rank_promotion_raise(overrides, 
         state, evaluation = engine.evaluate(state)
     assert all(np.isfinite(float(v)) for k, v in metrics.items() if "loss" in k)
     assert np.isfinite(float(evaluation["evaluate/episode_return"]))
+
+
+def test_under_x64_a_runs_deterministic_policy_plays_its_exported_graph(tmp_path):
+    """A trained run's greedy policy is usable in a process that turned x64 on (its exported
+    graph, float32 inside, takes float64 observations); what needs the engine says why not."""
+    cfg = small_config("total_env_steps=128", tmp_path=tmp_path)
+    engine = jre.build(cfg)
+    engine.run(engine.init(jax.random.key(0)))
+    run = tmp_path / cfg.name
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    want = np.asarray(jre.make_policy(run)(obs))
+    jax.config.update("jax_enable_x64", True)
+    try:
+        policy = jre.make_policy(run)
+        wide = jax.numpy.asarray(obs, dtype=jax.numpy.float64)
+        np.testing.assert_array_equal(np.asarray(policy(wide)), want)
+        np.testing.assert_array_equal(np.asarray(jax.jit(policy)(wide)), want)
+        for kwargs, what in (
+            ({"deterministic": False}, "sampling actions"),
+            ({"checkpoint": True}, "reading the checkpoint's params"),
+        ):
+            with pytest.raises(JaxSettingError, match=f"{what} needs the run's engine.*x64"):
+                jre.make_policy(run, **kwargs)
+    finally:
+        jax.config.update("jax_enable_x64", False)
