@@ -78,7 +78,8 @@ def run_split(
     Returns the final state (on `learner`) and one record per epoch (the actor's rollout
     metrics of that epoch and the learner's metrics from learning its trajectory). Raises
     `NonFiniteError` (after the run: the metrics are read once, at the end, so that nothing
-    waits in between) when `nan_guard` flagged a learner phase.
+    waits in between) when `nan_guard` flagged the actor's rollout or a learner phase, naming
+    the first epoch it flagged.
     """
     if engine.algo.on_policy:
         raise ValueError(
@@ -122,7 +123,7 @@ def run_split(
     records = []
     first = int(jax.device_get(state.counters.epoch))
     for i, (a, b) in enumerate(zip(jax.device_get(acted), jax.device_get(learned), strict=True)):
-        check_guards(b, engine.guarded_names, first + i + 1)
+        check_guards({**a, **b}, engine.guarded_names, first + i + 1)  # (the actor's too)
         records.append(
             {
                 "epoch": first + i + 1,

@@ -59,3 +59,25 @@ def test_split_refuses_on_policy_algorithms_and_offload():
     engine = jre.build(cfg)
     with pytest.raises(ValueError, match=r"host memory between epochs \(offload=true, or hooks"):
         run_split(engine, engine.init(jax.random.key(0)), 2, cpu, cpu)
+
+
+def test_a_non_finite_reward_on_the_actor_stops_the_split_run_naming_its_epoch():
+    """The actor's rollout has its own nan_guard: NaN rewards from env step 48 (epoch 4 of 16
+    env steps, before any learning) are reported as the rollout's, at that epoch."""
+    from tests.core.test_run_survival import NaNRewardsFrom
+
+    cpu = jax.devices()[0]
+    overrides = ["env.num_envs=4", "algo.num_steps=16", "algo.train_ratio=0.125"]
+    cfg = jre.load_config(
+        ROOT / "configs" / "dqn_cartpole.yaml",
+        [*overrides, "algo.learning_starts=100000", "algo.buffer_size=4096", "progress=false"],
+    )
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=3 * 16))
+    assert engine.steps_per_epoch == 4 * 16
+    with pytest.raises(jre.NonFiniteError) as info:
+        run_split(engine, engine.init(jax.random.key(0)), 6, cpu, cpu)
+    assert (info.value.phase, info.value.quantity, info.value.epoch) == (
+        "rollout",
+        "rollout/reward_mean",
+        4,
+    )
