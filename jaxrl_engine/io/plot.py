@@ -133,19 +133,43 @@ def read_run(path: str | Path) -> Run:
         except json.JSONDecodeError:  # a torn last line from a killed run
             break
     flat = flat_config(config or {})
-    algorithm = _summary_algorithm(path)
+    algorithm = _trained_algorithm(path)
     if algorithm is not None:  # a user's algorithm given to jre.build: config.yaml's
         flat["algo.name"] = algorithm  # algo.name is the config's, not what trained the run
     return Run(path, flat, records)
 
 
-def _summary_algorithm(path: Path) -> str | None:
-    """The algorithm `summary.json` names (read as data; None when it names none)."""
+def _trained_algorithm(path: Path) -> str | None:
+    """The algorithm the run's own records name, read as data: its `summary.json` (a run that
+    ended), else its newest checkpoint's metadata (a run in progress or killed); None when
+    neither names one (then config.yaml's algo.name stands)."""
+    named = _algorithm_in(path / "summary.json")
+    if named is not None:
+        return named
+    folder = path / "checkpoints"
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    epochs = []
+    for entry in folder.iterdir():
+        prefix, _, number = entry.name.partition("_")
+        if prefix == "epoch" and number.isdigit() and not entry.is_symlink():
+            epochs.append(int(number))
+    for epoch in sorted(epochs, reverse=True):  # (the newest whose metadata reads)
+        meta = folder / f"epoch_{epoch}" / "meta" / "metadata"  # (checkpoint.META_FILE)
+        if meta.is_file() and not meta.is_symlink():
+            named = _algorithm_in(meta)
+            if named is not None:
+                return named
+    return None
+
+
+def _algorithm_in(file: Path) -> str | None:
+    """The non-empty string a JSON file holds under "algorithm" (None for anything else)."""
     try:
-        summary = json.loads((path / "summary.json").read_text())
+        data = json.loads(file.read_text())
     except (OSError, ValueError):
         return None
-    name = summary.get("algorithm") if isinstance(summary, dict) else None
+    name = data.get("algorithm") if isinstance(data, dict) else None
     return name if isinstance(name, str) and name else None
 
 

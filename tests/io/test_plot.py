@@ -290,6 +290,23 @@ def test_a_run_of_a_users_algorithm_is_its_own_group(tmp_path):
     assert len(group_runs([read_run(p) for p in (mine, ppo)])) == 1
 
 
+def test_a_killed_run_of_a_users_algorithm_is_grouped_by_its_checkpoints_algorithm(tmp_path):
+    """A run killed before its summary (none written) is named by its newest checkpoint's
+    metadata, read as data: not by config.yaml's algo.name (ppo)."""
+    cfg = small_config("save_interval=1", tmp_path=tmp_path)
+    sizes = jre.build(cfg)
+    mine = jre.build(cfg, algorithm=sizes.algo._replace(name="mine"))
+    mine.run(mine.init(jax.random.key(0)), num_epochs=2)
+    run = tmp_path / cfg.name
+    (run / "summary.json").unlink()  # (killed: the summary is the end's)
+    ppo = fake_run(tmp_path, "ppo", [1, 2, 4])
+    assert read_run(run).config["algo.name"] == "mine"
+    assert len(group_runs([read_run(p) for p in (run, ppo)])) == 2
+    for meta in (run / "checkpoints").glob("epoch_*/meta/metadata"):
+        meta.write_text("[not metadata")  # (unreadable: config.yaml's name stands)
+    assert read_run(run).config["algo.name"] == "ppo"
+
+
 def test_a_seed_that_ends_early_stops_its_groups_curve_with_a_warning(tmp_path):
     """The curve is the mean over every run at each step, so it stops where the shortest run
     does; the points it leaves out are said, not silently dropped."""
