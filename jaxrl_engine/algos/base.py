@@ -16,6 +16,7 @@ import math
 from typing import Any, ClassVar, Protocol
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from jaxrl_engine.core.protocols import Algorithm, EnvSpec
@@ -38,6 +39,20 @@ def adam(
     if max_grad_norm is None:
         return adam_
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam_)
+
+
+def learning_rate(lr: jax.Array | float, anneal_steps: int | None, opt_state: Any) -> jax.Array:
+    """The learning rate of the last update of `adam(lr, anneal_steps=...)` whose state is
+    `opt_state` (`lr` before the first): the `train/lr` metric."""
+    if not anneal_steps:
+        return jnp.asarray(lr, jnp.float32)
+    counts = [
+        count
+        for path, count in optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+        if getattr(path[-1], "tuple_name", None) == "ScaleByScheduleState"
+    ]
+    schedule = optax.linear_schedule(lr, 0.0, anneal_steps)
+    return jnp.asarray(schedule(jnp.maximum(counts[0] - 1, 0)), jnp.float32)
 
 
 def check_head(algo: str, what: str, out: Any, spec: EnvSpec, per_action: int = 1) -> None:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam, check_head
+from jaxrl_engine.algos.base import adam, check_head, learning_rate
 from jaxrl_engine.algos.configs import DQNConfig as DQNConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.off_policy import Replay, ReplayBatch, Schedule
 from jaxrl_engine.buffers import replay as replay_buffer
@@ -175,6 +175,7 @@ def dqn(
         metrics["train/epsilon"] = epsilon(
             jnp.maximum(before, 0), hp, replay.learning_starts, total_env_steps
         )
+        metrics["train/lr"] = learning_rate(hp.lr, anneal_steps, opt_state)
         new_state = s.replace(
             params=params,
             target_params=target,

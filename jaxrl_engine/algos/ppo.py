@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_engine.algos.base import adam, check_head, check_values
+from jaxrl_engine.algos.base import adam, check_head, check_values, learning_rate
 from jaxrl_engine.algos.configs import PPOConfig as PPOConfig  # re-exported (no JAX)
 from jaxrl_engine.algos.configs import TorchPolicyConfig as TorchPolicyConfig
 from jaxrl_engine.algos.configs import minibatch_size
@@ -304,6 +304,7 @@ def ppo(
         )
         means = metrics.reshape((-1, len(names))).mean(axis=0)
         metrics = {name: means[i] for i, name in enumerate(names)}
+        metrics["train/lr"] = learning_rate(hp.lr, anneal_steps, opt_state)
         return train_state.replace(params=params, opt_state=opt_state), metrics
 
     return Algorithm(

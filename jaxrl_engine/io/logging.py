@@ -36,6 +36,7 @@ LAST = frozenset(
         "update_dataset/priority_beta",
         "train/epsilon",
         "train/alpha",
+        "train/lr",
     }
 )
 EVER = frozenset({"update_dataset/buffer_overflowed"})

@@ -77,3 +77,38 @@ def test_learning_rate_annealing_reads_the_traced_lr(tmp_path):
         steps[lr] = np.concatenate([(a - b).ravel() for a, b in zip(after, before, strict=True)])
     ratio = np.abs(steps[LRS[1]]).max() / np.abs(steps[LRS[0]]).max()
     assert ratio == pytest.approx(LRS[1] / LRS[0], rel=1e-3)
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_train_lr_is_the_learning_rate_of_each_epochs_last_update(anneal, tmp_path):
+    """PPO: 4 updates an epoch, 8 epochs, annealed linearly to 0 over the 32 (or constant);
+    DQN: its schedule spans the gradient steps after learning_starts (none in epoch 1)."""
+    cfg = small_config(
+        "total_env_steps=512", f"algo.anneal_lr={str(anneal).lower()}", tmp_path=tmp_path
+    )
+    engine = jre.build(cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    lr, updates, total = cfg.algo.lr, engine.algo.grad_steps_per_epoch, engine.num_epochs
+    want = [lr * (1 - (e * updates - 1) / (total * updates)) if anneal else lr for e in range(1, 9)]
+    np.testing.assert_allclose(
+        [r["train/lr"] for r in summary["records"]], want, rtol=1e-6, atol=1e-10
+    )
+
+    from tests.algos.test_off_policy import config
+
+    cfg = config(
+        "dqn",
+        "name=dqn",
+        "algo.lr=1e-3",
+        "algo.target_update_interval=8",
+        f"algo.anneal_lr={str(anneal).lower()}",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg)
+    _, summary = engine.run(engine.init(jax.random.key(0)))
+    steps = engine.driver.cfg.algo.replay(4, engine.num_epochs).run_grad_steps  # 56, 8 an epoch
+    done = [max(0, 8 * (e - 1)) for e in range(1, engine.num_epochs + 1)]  # after epoch e
+    want = [1e-3 * (1 - max(n - 1, 0) / steps) if anneal else 1e-3 for n in done]
+    np.testing.assert_allclose(
+        [r["train/lr"] for r in summary["records"]], want, rtol=1e-6, atol=1e-10
+    )
