@@ -70,14 +70,17 @@ class StopSignal:
                     )
                     continue
                 if self.ending or self.last:
+                    # (the last epochs may still fail nan_guard: the run then ends as that
+                    # failure ends it, not with an export)
                     now = (
-                        "the run has trained its last epoch"
+                        "the run has trained its last epoch; its checkpoint, summary and "
+                        "export finish first"
                         if self.ending
-                        else "the epochs running now are the last this run trains"
+                        else "the epochs running now are the last this run trains; it ends "
+                        "after them as it would without the signal"
                     )
                     print(
-                        f"\njaxrl-engine: {self.signame}: {now}; its checkpoint, summary and "
-                        "export finish first; send it again to exit at once",
+                        f"\njaxrl-engine: {self.signame}: {now}; send it again to exit at once",
                         file=sys.stderr,
                         flush=True,
                     )
