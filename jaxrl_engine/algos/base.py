@@ -51,6 +51,11 @@ def learning_rate(lr: jax.Array | float, anneal_steps: int | None, opt_state: An
         for path, count in optax.tree_utils.tree_get_all_with_path(opt_state, "count")
         if getattr(path[-1], "tuple_name", None) == "ScaleByScheduleState"
     ]
+    if not counts:
+        raise ValueError(
+            "learning_rate: opt_state holds no optax ScaleByScheduleState (an optimizer built "
+            "by adam(lr, anneal_steps=...) has one)"
+        )
     schedule = optax.linear_schedule(lr, 0.0, anneal_steps)
     return jnp.asarray(schedule(jnp.maximum(counts[0] - 1, 0)), jnp.float32)
 

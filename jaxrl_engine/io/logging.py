@@ -51,29 +51,32 @@ def window_record(records: list[dict[str, Any]]) -> dict[str, Any]:
     over the episodes that ended in the window (the last epoch's, carried, when none did);
     `rollout/episodes` their number; the metrics of `LAST` their last value, of `EVER` their
     maximum, every other metric its mean over the epochs that have it (an evaluation's, which
-    only the window's last epoch has, as it is)."""
+    only the window's last epoch has, as it is). A NaN is a value not computed that epoch
+    (`jre.every` pads the epochs it skips with NaN, off-policy losses are NaN before
+    `learning_starts`): it is left out, and a metric NaN in every epoch stays NaN."""
     if len(records) == 1:
         return records[0]
     last = records[-1]
     out: dict[str, Any] = {}
-    for key in last:  # (every epoch's record has the same training metrics)
-        values = [r[key] for r in records if key in r]
-        if key in INDEX_KEYS or key in LAST or not all(_is_number(v) for v in values):
-            out[key] = last[key]
+    for key in dict.fromkeys(k for r in records for k in r):  # (in order of appearance)
+        present = [r[key] for r in records if key in r]
+        if key in INDEX_KEYS or key in LAST or not all(_is_number(v) for v in present):
+            out[key] = last.get(key, present[-1])
+            continue
+        known = [v for v in present if not math.isnan(v)]
+        episodes = [r.get("rollout/episodes") for r in records]
+        if not known:
+            out[key] = present[-1]
         elif key in SUMMED:
-            out[key] = sum(values)
+            out[key] = sum(known)
         elif key in EVER:
-            out[key] = max(values)
-        elif key in PER_EPISODE and all(_is_number(r.get("rollout/episodes")) for r in records):
-            counts = [r["rollout/episodes"] for r in records]
-            total = sum(counts)
-            out[key] = (
-                sum(c * r[key] for c, r in zip(counts, records, strict=True) if c) / total
-                if total
-                else last[key]
-            )
-        else:
-            out[key] = math.fsum(values) / len(values)
+            out[key] = max(known)
+        elif key in PER_EPISODE and all(_is_number(c) for c in episodes):
+            ended = [(c, r[key]) for c, r in zip(episodes, records, strict=True) if c and key in r]
+            total = sum(c for c, _ in ended)
+            out[key] = sum(c * v for c, v in ended) / total if total else present[-1]
+        else:  # (plain sums: an inf and a -inf give NaN, which nan_guard=false lets through)
+            out[key] = sum(known) / len(known)
     return out
 
 

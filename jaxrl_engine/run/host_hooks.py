@@ -200,6 +200,8 @@ class Logging(HostHook):
     fresh state the old records go, on a resumed one those after its epoch (written after its
     checkpoint) go: the file is cut back to its length at the checkpoint (see `RunDir.open_logs`)."""
 
+    failed_write: OSError | None = None
+
     def start(self, run: RunInfo) -> None:
         last, last_eval = run.out.open_logs(run.first, run.restored_metrics, run.restored_mark)
         if isinstance(last, dict):
@@ -227,10 +229,18 @@ class Logging(HostHook):
             run.out.log(record)
 
     def end(self, run: RunInfo, state: EngineState) -> None:
-        run.out.flush_logs()  # (the epochs `log_interval` held: before the summary)
+        # The epochs `log_interval` held, before the summary; a write that fails (a full
+        # disk) is raised from `close`, after the summary and the other hooks' ends.
+        try:
+            run.out.flush_logs()
+        except OSError as e:
+            self.failed_write = e
 
     def close(self, run: RunInfo) -> None:
         run.out.close_logs()
+        failed, self.failed_write = self.failed_write, None
+        if failed is not None:
+            raise failed
 
 
 class Checkpointing(HostHook):

@@ -215,6 +215,32 @@ def test_a_window_record_weights_episode_returns_by_episodes_and_keeps_the_evalu
     assert np.isnan(first["rollout/episode_return"])
 
 
+def test_a_window_leaves_out_the_epochs_a_metric_was_not_computed_in():
+    """NaN is "not computed" (`jre.every` pads skipped epochs, off-policy losses before
+    learning_starts): the window averages the epochs that have a value; all NaN stays NaN. An
+    inf and a -inf give NaN (nan_guard=false), and a key only some epochs have is kept."""
+    from jaxrl_engine.io.logging import window_record
+
+    nan, inf = float("nan"), float("inf")
+    records = [
+        {"epoch": 1, "env_steps": 8, "wall_s": 1.0, "train/loss": nan, "hook/x": nan, "y": inf},
+        {"epoch": 2, "env_steps": 16, "wall_s": 2.0, "train/loss": 4.0, "hook/x": 3.0, "y": -inf},
+        {"epoch": 3, "env_steps": 24, "wall_s": 3.0, "train/loss": 2.0, "hook/x": nan, "y": 1.0},
+        {"epoch": 4, "env_steps": 32, "wall_s": 4.0, "train/loss": nan, "only/first": 7.0},
+    ]
+    records[3].update({"hook/x": nan, "y": 1.0})
+    for r in records:
+        r["update_dataset/buffer_overflowed"] = nan if r["epoch"] == 4 else float(r["epoch"] == 2)
+    records[0]["only/first"] = 5.0
+    merged = window_record(records)
+    assert merged["train/loss"] == 3.0 and merged["hook/x"] == 3.0
+    assert np.isnan(merged["y"])
+    assert merged["only/first"] == 6.0
+    assert merged["update_dataset/buffer_overflowed"] == 1.0
+    assert (merged["epoch"], merged["env_steps"], merged["wall_s"]) == (4, 32, 4.0)
+    assert np.isnan(window_record(records[:1] * 2 + [records[3]])["train/loss"])
+
+
 def test_log_interval_writes_one_record_per_window_closed_by_evaluations_and_checkpoints(
     tmp_path,
 ):
@@ -263,3 +289,31 @@ def test_log_interval_writes_one_record_per_window_closed_by_evaluations_and_che
 def test_log_interval_must_be_positive():
     with pytest.raises(jre.ConfigError, match="log_interval"):
         jre.load_config(None, ["log_interval=0"])
+
+
+def test_a_failed_write_of_the_held_epochs_still_leaves_the_failures_summary(tmp_path, monkeypatch):
+    """NaN rewards stop the run in epoch 3 with epochs 1-2 held (log_interval=4); the disk
+    refuses their record: summary.json still says non_finite, and the NaN error is raised."""
+    import errno
+
+    from jaxrl_engine.run.run_dir import RunDir
+    from tests.core.test_run_survival import NaNRewardsFrom
+
+    cfg = small_config(
+        "total_env_steps=384",
+        "log_interval=4",
+        "eval.interval=10",
+        "save_interval=0",
+        tmp_path=tmp_path,
+    )
+    engine = jre.build(cfg, env=NaNRewardsFrom(start=2 * 16))
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunDir, "_write", full)
+    with pytest.raises(jre.NonFiniteError) as info:
+        engine.run(engine.init(jax.random.key(0)))
+    assert info.value.epoch == 3
+    summary = json.loads((tmp_path / cfg.name / "summary.json").read_text())
+    assert summary["status"] == "non_finite" and summary["epochs"] == 2
