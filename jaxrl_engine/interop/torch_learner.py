@@ -46,6 +46,7 @@ METRICS = (
     "train/approx_kl",
     "train/clip_fraction",
     "train/grad_norm",
+    "train/lr",
 )
 
 
@@ -162,7 +163,10 @@ class TorchPPOLearner:
         self.critic.eval()
         out = self._weights_numpy()
         self.bytes_to_jax += sum(a.nbytes for a in jax.tree.leaves(out))
-        return out, {k: np.float32(v / max(count, 1)) for k, v in sums.items()}
+        means = {k: np.float32(v / max(count, 1)) for k, v in sums.items()}
+        # the learning rate of the last update, as the JAX learner logs it (not a mean)
+        means["train/lr"] = np.float32(self.optimizer.param_groups[0]["lr"])
+        return out, means
 
     def _minibatch(
         self, hp: dict[str, float], obs, action, old_log_prob, old_value, adv, target
