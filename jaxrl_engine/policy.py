@@ -90,14 +90,14 @@ def _exported_policy(directory: Path) -> Callable[..., jax.Array]:
     """The deterministic policy of an exported artefact: the StableHLO graph the run exported
     (as `jaxrl-engine eval` plays it), so no code of the run's is imported."""
     exported, params = load_exported(directory)
-    obs_shape = exported.in_avals[-1].shape[1:]  # (params..., obs[batch, ...])
-
-    obs_dtype = exported.in_avals[-1].dtype
+    obs_aval = exported.in_avals[-1]  # (params..., obs[batch, ...])
+    obs_shape, obs_dtype = obs_aval.shape[1:], obs_aval.dtype
+    float_obs = jnp.issubdtype(obs_dtype, jnp.floating)
 
     def policy(obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
         del key  # (deterministic)
         obs = batch_of_observations(obs, obs_shape)
-        if jnp.issubdtype(obs.dtype, jnp.floating) and jnp.issubdtype(obs_dtype, jnp.floating):
+        if float_obs and jnp.issubdtype(obs.dtype, jnp.floating):
             obs = obs.astype(obs_dtype)  # (float64 under jax_enable_x64: the graph's float32)
         return exported.call(params, obs)
 

@@ -56,7 +56,10 @@ def subprocess_env(devices: int | None = None, default_level: bool = False) -> d
     return {**os.environ, "XLA_FLAGS": " ".join(flags)}
 
 
-import jaxrl_engine as jre  # noqa: E402  (after the cache's environment)
+import jax.numpy as jnp  # noqa: E402  (after the cache's environment)
+
+import jaxrl_engine as jre  # noqa: E402
+from jaxrl_engine.envs.gymnax_env import GymnaxEnv  # noqa: E402
 from jaxrl_engine.io.compile_cache import enable_compile_cache  # noqa: E402
 
 if _SESSION_CACHE is not None:  # in case a plugin imported JAX before this module
@@ -105,3 +108,22 @@ def run_on_four_devices(script: str, *args: str) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class NaNRewardsFrom(GymnaxEnv):
+    """CartPole whose rewards become NaN from env step `start` on (counted per env, never reset
+    by episode ends): with 16 steps per epoch, start=32 poisons epoch 3."""
+
+    def __init__(self, start: int):
+        super().__init__("CartPole-v1")
+        self.start = start
+
+    def reset(self, key, params):
+        obs, state = super().reset(key, params)
+        return obs, (state, jnp.int32(0))
+
+    def step(self, key, state, action, params):
+        inner, t = state
+        obs, inner, reward, terminated, truncated, info = super().step(key, inner, action, params)
+        reward = jnp.where(t >= self.start, jnp.nan, reward)
+        return obs, (inner, t + 1), reward, terminated, truncated, info

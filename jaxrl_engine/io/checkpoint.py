@@ -55,6 +55,7 @@ import numpy as np
 
 from jaxrl_engine.core.sharding import is_primary, sync_processes, to_host
 from jaxrl_engine.io.config import ALGO_NAMES, config_changes
+from jaxrl_engine.io.files import META_FILE, STEP_PREFIX
 
 if TYPE_CHECKING:
     from jaxrl_engine.core.state import EngineState
@@ -63,10 +64,8 @@ if TYPE_CHECKING:
 # records file's length and SHA-256) instead of `metrics_lines` (its records)
 FORMAT = 4
 READS = (3, 4)
-STEP_PREFIX = "epoch"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 QUIET_S, DISCARD_S = 1.0, 10.0  # after a failed save: its tmp dir gone for this long, at most
-META_FILE = Path("meta") / "metadata"  # orbax's JsonSave file, inside `epoch_<N>/`
 CRC_SKIPPED = "not fully addressable"  # the only reason a leaf may lack a CRC-32 (has a sum64)
 
 

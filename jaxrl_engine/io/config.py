@@ -387,8 +387,9 @@ class Config(Strict):
     progress: bool = Field(True, description="rich progress bar in the driver")
     loggers: list[LoggerName] = Field(
         default_factory=lambda: list(DEFAULT_LOGGERS),
-        description="metric backends, fed once per epoch (or per log_interval epochs): jsonl (metrics.jsonl, always written), "
-        "tensorboard (event files in the run dir), wandb (the `wandb` extra)",
+        description="metric backends, fed once per epoch (or per log_interval epochs): jsonl "
+        "(metrics.jsonl, always written), tensorboard (event files in the run dir), wandb (the "
+        "`wandb` extra)",
     )
     log_interval: int = Field(
         1,

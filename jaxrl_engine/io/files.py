@@ -98,6 +98,11 @@ def check_no_symlinks(directory: str | Path) -> None:
 SPEC_FILE = "sweep.json"  # a sweep's directory holds it (its seeds, grid and programs)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", SPEC_FILE)
 RUN_FOLDERS = ("checkpoints", "policy")
+# A checkpoint's folder in `checkpoints/` is `epoch_<N>`; its metadata (orbax's JsonSave file:
+# strict JSON) is `meta/metadata` inside it. Here, not in checkpoint.py, so that readers of a
+# run directory (plot) need no orbax.
+STEP_PREFIX = "epoch"
+META_FILE = Path("meta") / "metadata"
 
 
 def check_run_entries(directory: str | Path) -> None:

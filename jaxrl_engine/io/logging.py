@@ -57,6 +57,8 @@ def window_record(records: list[dict[str, Any]]) -> dict[str, Any]:
     if len(records) == 1:
         return records[0]
     last = records[-1]
+    episodes = [r.get("rollout/episodes") for r in records]
+    weighted = all(_is_number(c) for c in episodes)
     out: dict[str, Any] = {}
     for key in dict.fromkeys(k for r in records for k in r):  # (in order of appearance)
         present = [r[key] for r in records if key in r]
@@ -64,14 +66,13 @@ def window_record(records: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = last.get(key, present[-1])
             continue
         known = [v for v in present if not math.isnan(v)]
-        episodes = [r.get("rollout/episodes") for r in records]
         if not known:
             out[key] = present[-1]
         elif key in SUMMED:
             out[key] = sum(known)
         elif key in EVER:
             out[key] = max(known)
-        elif key in PER_EPISODE and all(_is_number(c) for c in episodes):
+        elif key in PER_EPISODE and weighted:
             ended = [(c, r[key]) for c, r in zip(episodes, records, strict=True) if c and key in r]
             total = sum(c for c, _ in ended)
             out[key] = sum(c * v for c, v in ended) / total if total else present[-1]

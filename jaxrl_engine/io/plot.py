@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from jaxrl_engine.io.config import flat_config, is_presentation_key
+from jaxrl_engine.io.files import META_FILE, STEP_PREFIX
 
 EVAL_RETURN = "evaluate/episode_return"
 
@@ -152,10 +153,10 @@ def _trained_algorithm(path: Path) -> str | None:
     epochs = []
     for entry in folder.iterdir():
         prefix, _, number = entry.name.partition("_")
-        if prefix == "epoch" and number.isdigit() and not entry.is_symlink():
+        if prefix == STEP_PREFIX and number.isdigit() and not entry.is_symlink():
             epochs.append(int(number))
     for epoch in sorted(epochs, reverse=True):  # (the newest whose metadata reads)
-        meta = folder / f"epoch_{epoch}" / "meta" / "metadata"  # (checkpoint.META_FILE)
+        meta = folder / f"{STEP_PREFIX}_{epoch}" / META_FILE
         if meta.is_file() and not meta.is_symlink():
             named = _algorithm_in(meta)
             if named is not None:

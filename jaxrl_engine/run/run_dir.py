@@ -332,11 +332,10 @@ class RunDir:
         """Write the epochs held (`log_interval`), close `metrics.jsonl` and the logger
         backends (the lock stays held)."""
         errors = []
-        if self._metrics is not None or not self.writer:
-            try:
-                self.flush_logs()
-            except OSError as e:  # (a full disk: the file keeps its last whole record)
-                errors.append(e)
+        try:
+            self.flush_logs()
+        except OSError as e:  # (a full disk: the file keeps its last whole record)
+            errors.append(e)
         for closable in [self._metrics, *self._backends]:
             if closable is None:
                 continue

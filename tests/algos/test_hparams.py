@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
+from tests.algos.test_off_policy import config
 from tests.conftest import small_config
 
 LRS = (3e-4, 1e-3)
@@ -93,8 +94,6 @@ def test_train_lr_is_the_learning_rate_of_each_epochs_last_update(anneal, tmp_pa
     np.testing.assert_allclose(
         [r["train/lr"] for r in summary["records"]], want, rtol=1e-6, atol=1e-10
     )
-
-    from tests.algos.test_off_policy import config
 
     cfg = config(
         "dqn",

@@ -10,17 +10,15 @@ import json
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine.compose import resume
-from jaxrl_engine.envs.gymnax_env import GymnaxEnv
 from jaxrl_engine.io.checkpoint import Checkpointer, CheckpointError
 from jaxrl_engine.run import host_hooks
 from jaxrl_engine.run.run_dir import RunDir
-from tests.conftest import small_config
+from tests.conftest import NaNRewardsFrom, small_config
 
 
 def epochs_of(run_dir) -> list[int]:
@@ -93,25 +91,6 @@ def test_resume_with_overrides_that_change_no_shape_extends_the_run(tmp_path):
     _, history_summary = engine.run(state)
     history = history_summary["records"]
     assert [r["epoch"] for r in history] == [5, 6]
-
-
-class NaNRewardsFrom(GymnaxEnv):
-    """CartPole whose rewards become NaN from env step `start` on (counted per env, never reset
-    by episode ends): with 16 steps per epoch, start=32 poisons epoch 3."""
-
-    def __init__(self, start: int):
-        super().__init__("CartPole-v1")
-        self.start = start
-
-    def reset(self, key, params):
-        obs, state = super().reset(key, params)
-        return obs, (state, jnp.int32(0))
-
-    def step(self, key, state, action, params):
-        inner, t = state
-        obs, inner, reward, terminated, truncated, info = super().step(key, inner, action, params)
-        reward = jnp.where(t >= self.start, jnp.nan, reward)
-        return obs, (inner, t + 1), reward, terminated, truncated, info
 
 
 def test_nan_rewards_in_epoch_3_stop_the_run_keep_checkpoint_2_and_write_the_batch(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import jaxrl_engine as jre
 from jaxrl_engine.distributed.split import run_split
-from tests.conftest import run_on_four_devices, small_config
+from tests.conftest import NaNRewardsFrom, run_on_four_devices, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,6 @@ def test_split_refuses_on_policy_algorithms_and_offload():
 def test_a_non_finite_reward_on_the_actor_stops_the_split_run_naming_its_epoch():
     """The actor's rollout has its own nan_guard: NaN rewards from env step 48 (epoch 4 of 16
     env steps, before any learning) are reported as the rollout's, at that epoch."""
-    from tests.core.test_run_survival import NaNRewardsFrom
 
     cpu = jax.devices()[0]
     overrides = ["env.num_envs=4", "algo.num_steps=16", "algo.train_ratio=0.125"]

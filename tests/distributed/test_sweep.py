@@ -24,6 +24,7 @@ from jaxrl_engine.distributed.sweep import member_name, parse_seeds, plan_sweep,
 from jaxrl_engine.export.policy import load_params
 from jaxrl_engine.io.config import MeshConfig
 from jaxrl_engine.io.files import RunDirError
+from jaxrl_engine.io.logging import window_record
 from jaxrl_engine.run.sweep import iqm
 from tests.conftest import SMALL, run_on_four_devices, small_config, subprocess_env
 
@@ -450,8 +451,6 @@ def test_log_interval_thins_each_members_records_and_a_resume_keeps_them(tmp_pat
     """Members log one record per window (`log_interval=4`), closed by the sweep's checkpoint
     (6) and the pause (7) too; stopped at 7 and resumed, each record is the window's
     `window_record` over the same sweep's records logged every epoch."""
-    from jaxrl_engine.io.logging import window_record
-
     common = ["total_env_steps=768", "eval.interval=10", "save_interval=6", "loggers=[jsonl]"]
     every = small_config(*common, "name=every", tmp_path=tmp_path)
     jre.sweep(every, seeds=[0, 1])

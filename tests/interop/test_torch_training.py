@@ -52,12 +52,9 @@ def test_torch_learner_trains_in_torch_and_the_actor_acts_with_its_weights(tmp_p
     state, metrics = engine.epoch(state)
     assert np.isfinite(float(metrics["train/loss"]))
     # annealed over the run's updates, as the JAX learner's `train/lr`: the rate of epoch 1's
-    # last update (update number G - 1, from 0, of num_epochs * G)
-    G, total = (
-        engine.algo.grad_steps_per_epoch,
-        engine.num_epochs * engine.algo.grad_steps_per_epoch,
-    )
-    want = cfg.algo.lr * (1 - (G - 1) / total)
+    # last update (number updates - 1, counted from 0, of num_epochs * updates)
+    updates = engine.algo.grad_steps_per_epoch
+    want = cfg.algo.lr * (1 - (updates - 1) / (engine.num_epochs * updates))
     assert float(metrics["train/lr"]) == pytest.approx(want, rel=1e-6)
     after = learner.actor.state_dict()
     assert any(not bool((before[k] == after[k]).all()) for k in before), "torch did not step"

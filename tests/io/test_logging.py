@@ -3,6 +3,7 @@ and the `loggers` config key."""
 
 from __future__ import annotations
 
+import errno
 import importlib.machinery
 import json
 import subprocess
@@ -14,7 +15,9 @@ import numpy as np
 import pytest
 
 import jaxrl_engine as jre
-from tests.conftest import small_config
+from jaxrl_engine.io.logging import window_record
+from jaxrl_engine.run.run_dir import RunDir
+from tests.conftest import NaNRewardsFrom, small_config
 
 
 def run_small(tmp_path, *overrides):
@@ -174,8 +177,6 @@ def test_tensorboards_reader_checks_our_checksums(tmp_path):
 
 
 def test_a_window_record_weights_episode_returns_by_episodes_and_keeps_the_evaluation():
-    from jaxrl_engine.io.logging import window_record
-
     def epoch(n, returned, episodes, loss, **extra):
         return {
             "epoch": n,
@@ -219,8 +220,6 @@ def test_a_window_leaves_out_the_epochs_a_metric_was_not_computed_in():
     """NaN is "not computed" (`jre.every` pads skipped epochs, off-policy losses before
     learning_starts): the window averages the epochs that have a value; all NaN stays NaN. An
     inf and a -inf give NaN (nan_guard=false), and a key only some epochs have is kept."""
-    from jaxrl_engine.io.logging import window_record
-
     nan, inf = float("nan"), float("inf")
     records = [
         {"epoch": 1, "env_steps": 8, "wall_s": 1.0, "train/loss": nan, "hook/x": nan, "y": inf},
@@ -248,8 +247,6 @@ def test_log_interval_writes_one_record_per_window_closed_by_evaluations_and_che
     7 in the first call, a resume to 12): each record of metrics.jsonl and of the TensorBoard
     events is `window_record` over its epochs' own records, as `engine.run` returns them."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from jaxrl_engine.io.logging import window_record
 
     cfg = small_config(
         "total_env_steps=768",  # 64 env steps an epoch
@@ -294,10 +291,6 @@ def test_log_interval_must_be_positive():
 def test_a_failed_write_of_the_held_epochs_still_leaves_the_failures_summary(tmp_path, monkeypatch):
     """NaN rewards stop the run in epoch 3 with epochs 1-2 held (log_interval=4); the disk
     refuses their record: summary.json still says non_finite, and the NaN error is raised."""
-    import errno
-
-    from jaxrl_engine.run.run_dir import RunDir
-    from tests.core.test_run_survival import NaNRewardsFrom
 
     cfg = small_config(
         "total_env_steps=384",

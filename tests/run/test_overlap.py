@@ -11,7 +11,7 @@ import pytest
 import jaxrl_engine as jre
 from jaxrl_engine.io.checkpoint import Checkpointer
 from jaxrl_engine.run.overlap import ACTOR_STREAM, overlapped_epochs
-from tests.conftest import small_config
+from tests.conftest import NaNRewardsFrom, small_config
 
 OVERLAP = ["env.overlap=true", "loggers=[jsonl]"]
 
@@ -243,7 +243,6 @@ def test_an_actor_device_that_cannot_be_used_exits_2(overrides, fragment, capsys
 def test_off_policy_overlap_keeps_the_rollout_nan_guard(tmp_path):
     """The actor's collection (off-policy overlap) runs the rollout phase's nan_guard: NaN
     rewards from epoch 3 stop the run naming phase rollout, epoch 3, checkpoint 2 kept."""
-    from tests.core.test_run_survival import NaNRewardsFrom
 
     cfg = jre.load_config(
         None,

@@ -19,7 +19,7 @@ import jaxrl_engine as jre
 from jaxrl_engine import cli
 from jaxrl_engine.io.files import RunDirError, strict_json
 from jaxrl_engine.run.run_dir import LOCK_FILE, RunDir, RunLock
-from tests.conftest import SMALL, small_config
+from tests.conftest import SMALL, NaNRewardsFrom, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -294,7 +294,6 @@ def test_resume_with_an_empty_path_exits_2(capsys):
 def test_stdout_json_is_strict_when_the_summary_holds_nan(tmp_path, capsys):
     # No evaluation before the stop: final_eval_return is NaN inside, null on stdout.
     import jaxrl_engine.compose as compose
-    from tests.core.test_run_survival import NaNRewardsFrom
 
     real_build = compose.build
     try:
