@@ -26,30 +26,54 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-# The suite compiles at XLA's backend optimization level 0 (LLVM's -O0 on a CPU), set on import
-# of this module for the pytest process, its workers and the subprocesses they start. Compiling
-# is most of the suite's time and a test's programs run briefly: the README's library-and-sweep
-# test took 110.8 s at the default level and 71.9 s at level 0 (its compiles 75.6 s and
-# 34.9 s), while the default config's epochs run ~3.4x slower at level 0 (benchmarks/RESULTS.md,
-# "The test suite at XLA's optimization level 0"). The level changes how fast a program runs,
-# not what it computes: results differ in float rounding only, and each comparison in a test is
-# between programs compiled at the same level. The runs that train to a target return
-# (tests/test_targets.py, also the torch targets) compile at the default level, as a user's run
-# does: `subprocess_env(default_level=True)`. A level the caller set in XLA_FLAGS is kept.
+# The suite compiles at XLA's backend optimization level 0 (LLVM's -O0 on a CPU) with XLA's
+# older CPU fusion emitters (`--xla_cpu_use_fusion_emitters=false`), set on import of this module
+# for the pytest process, its workers and the subprocesses they start. Compiling is most of the
+# suite's time and a test's programs run briefly: the README's library-and-sweep test took
+# 110.8 s at the default level and 71.9 s at level 0 (its compiles 75.6 s and 34.9 s), while the
+# default config's epochs run ~3.4x slower at level 0 (benchmarks/RESULTS.md, "The test suite at
+# XLA's optimization level 0"); the older emitters halve what is left of the compile at level 0
+# (RESULTS.md, "The test suite's XLA flags, session 34"). The flags change how fast a program
+# compiles and runs, not what it computes: results differ in float rounding only, and each
+# comparison in a test is between programs compiled with the same flags. The runs that train to
+# a target return (tests/test_targets.py, also the torch targets) compile with XLA's defaults,
+# as a user's run does: `subprocess_env(default_level=True)`. A flag the caller set in XLA_FLAGS
+# is kept, and the emitter flag is passed only to an XLA that knows it (XLA aborts on a flag it
+# does not know, and this one goes when the older emitters do).
 OPT_LEVEL = "--xla_backend_optimization_level"
-if OPT_LEVEL not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL}=0".strip()
+FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters"
+SUITE_FLAGS = (OPT_LEVEL, FUSION_EMITTERS)
+
+
+def _xla_knows(flag: str) -> bool:
+    """Whether this jaxlib's XLA starts with `flag` in XLA_FLAGS (a fresh process: XLA reads
+    its flags once, when JAX first starts a backend)."""
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    code = "import jax; jax.devices()"
+    return (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0
+    )
+
+
+def _add_xla_flag(flag: str, value: str, probe: bool = False) -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if flag not in flags and (not probe or _xla_knows(f"{flag}={value}")):
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}={value}".strip()
+
+
+_add_xla_flag(OPT_LEVEL, "0")
+_add_xla_flag(FUSION_EMITTERS, "false", probe=True)
 
 
 def subprocess_env(devices: int | None = None, default_level: bool = False) -> dict[str, str]:
     """The environment for a fresh Python: the suite's XLA flags, with `devices` forced CPU
     devices (XLA_FLAGS must be set before JAX starts) and, with `default_level`, XLA's default
-    optimization level."""
+    optimization level and emitters (the flags `SUITE_FLAGS` names)."""
     flags = [
         f
         for f in os.environ.get("XLA_FLAGS", "").split()
         if not f.startswith("--xla_force_host_platform_device_count")
-        and not (default_level and f.startswith(OPT_LEVEL))
+        and not (default_level and f.startswith(SUITE_FLAGS))
     ]
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={devices}")

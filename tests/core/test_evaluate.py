@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +15,7 @@ import pytest
 import jaxrl_engine as jre
 from jaxrl_engine.core.phases import evaluate_episodes, interquartile_mean
 from jaxrl_engine.envs.gymnax_env import make_env
-from tests.conftest import small_config
+from tests.conftest import small_config, subprocess_env
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 7, 8, 16, 41])
@@ -82,35 +86,56 @@ def test_env_keys_drawn_before_the_loop_are_the_keys_split_inside_it():
     assert env_keys(Batched(), keys, 4) is keys
 
 
+# In a fresh process at XLA's default compile flags, as a user's run compiles: the two programs
+# differ in where the keys are split, and whether XLA then fuses their float math alike is the
+# compiler's choice (with the suite's flags, tests/conftest.py, one CartPole coordinate of the
+# two differed by 1 ulp).
+KEYS_SCRIPT = """
+import json, sys
+import jax, numpy as np
+import jaxrl_engine as jre
+import jaxrl_engine.core.phases as phases
+
+base = ["progress=false", "env.num_envs=4", "eval.num_envs=4", "algo.num_steps=64"]
+cfg = jre.load_config(None, [*base, "total_env_steps=1024", *json.loads(sys.argv[1])])
+leaves = {}
+for before in (True, False):
+    phases.KEYS_BEFORE_LOOP = before
+    engine = jre.build(cfg)
+    state = engine.init(jax.random.key(7))
+    for _ in range(4):
+        state, _ = jax.jit(engine.rollout)(state)
+    leaves[before] = [
+        np.asarray(
+            jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        )
+        for x in jax.tree.leaves((state.env, state.buffer, state.stats, state.rng))
+    ]
+assert len(leaves[True]) == len(leaves[False])
+for a, b in zip(leaves[True], leaves[False], strict=True):
+    np.testing.assert_array_equal(a, b)
+print(len(leaves[True]))
+"""
+
+
 @pytest.mark.parametrize(
     "overrides",
     [[], ["algo.name=td3", "env.id=Pendulum-v1", "algo.noise=ou", "algo.learning_starts=0"]],
     ids=["ppo_cartpole", "td3_ou_pendulum"],
 )
-def test_rollout_keys_before_the_loop_give_the_same_trajectory(overrides, monkeypatch):
+def test_rollout_keys_before_the_loop_give_the_same_trajectory(overrides):
     """`KEYS_BEFORE_LOOP` (the default) against splitting each step's key inside the rollout's
     loop: the same states, observations (auto-resets included: they use the env keys),
     actions and explore states, bitwise, over rollouts long enough for episodes to end."""
-    import jaxrl_engine.core.phases as phases
-
-    base = ["progress=false", "env.num_envs=4", "eval.num_envs=4", "algo.num_steps=64"]
-    cfg = jre.load_config(None, [*base, "total_env_steps=1024", *overrides])
-    leaves = {}
-    for before in (True, False):
-        monkeypatch.setattr(phases, "KEYS_BEFORE_LOOP", before)
-        engine = jre.build(cfg)
-        state = engine.init(jax.random.key(7))
-        for _ in range(4):
-            state, _ = jax.jit(engine.rollout)(state)
-        leaves[before] = [
-            np.asarray(
-                jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
-            )
-            for x in jax.tree.leaves((state.env, state.buffer, state.stats, state.rng))
-        ]
-    assert len(leaves[True]) == len(leaves[False])
-    for a, b in zip(leaves[True], leaves[False], strict=True):
-        np.testing.assert_array_equal(a, b)
+    proc = subprocess.run(
+        [sys.executable, "-c", KEYS_SCRIPT, json.dumps(overrides)],
+        env=subprocess_env(default_level=True),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.strip().splitlines()[-1]) > 0
 
 
 def test_evaluation_returns_equal_a_loop_that_splits_each_steps_key_inside():
