@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import subprocess_env
+
 SCRIPT = """
 import sys, jax
 import jaxrl_engine as jre
@@ -60,7 +62,9 @@ print("HITS", len(hits))
 
 
 def _run_auto(tmp_path, *overrides: str, jax_dir: str | None = None) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    # XLA's default flags, as a user's run compiles: under the suite's faster-compiling flags
+    # (tests/conftest.py) the small programs compile in under JAX's own 1 s threshold
+    env = {k: v for k, v in subprocess_env(default_level=True).items() if not k.startswith("JAX_")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     if jax_dir is not None:
         env["JAX_COMPILATION_CACHE_DIR"] = jax_dir
