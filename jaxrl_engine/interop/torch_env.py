@@ -242,7 +242,9 @@ class TorchSimRollout:
         keys = jax.random.split(key, num_steps)
         steps: list[Transition] = []
         for t in range(num_steps):
-            obs = from_torch(self._obs, report=self.report)
+            # Zero-copy where DLPack can alias; a strided view (a slice of a wider buffer)
+            # crosses as one copy, counted in `report`.
+            obs = from_torch(self._obs, copy="if_needed", report=self.report)
             action, extras, obs_kept = self.act(state.eval_params, obs, keys[t], False)
             out = self.sim.step(to_torch(action, report=self.report))
             if not self._outputs_checked:
@@ -302,7 +304,7 @@ class TorchSimRollout:
         active = torch.ones(sim.num_envs, dtype=torch.bool)
         key = jax.random.key(0)
         for t in range(max_steps):
-            action, _, _ = self.act(state.eval_params, from_torch(obs), key, True)
+            action, _, _ = self.act(state.eval_params, from_torch(obs, copy="if_needed"), key, True)
             out = sim.step(to_torch(action))
             if t == 0:
                 check_sim_step(self.engine.spec, sim, out)

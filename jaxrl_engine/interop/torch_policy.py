@@ -45,11 +45,16 @@ PolicyPath = Literal["fast", "universal"]
 class TorchFunction:
     """`fn(params, x)`: the module as a JAX function of its weights (`x: [batch, *in_shape]`)."""
 
-    def __init__(self, module: torch.nn.Module, path: PolicyPath = "fast"):
+    def __init__(
+        self, module: torch.nn.Module, path: PolicyPath = "fast", what: str = "the torch module"
+    ):
         if path not in ("fast", "universal"):
             raise ValueError(f"torch policy path {path!r}: valid choices 'fast', 'universal'")
         self.module = module.eval()
-        self.path = path
+        self.path, self.what = path, what
+        # The input shapes (less the batch) on which the fast path's translation was found to
+        # compute what the module computes (`check_translation`, run when first traced).
+        self.checked: set[tuple[int, ...]] = set()
         # Buffers (running statistics, constants) and parameters with requires_grad=False
         # cross as params too, but torch keeps them fixed: so does JAX (no gradient reaches them)
         self.frozen = frozen_entries(module)
@@ -66,6 +71,8 @@ class TorchFunction:
         return from_torch(float_state(self.module), copy="never", report=report)
 
     def __call__(self, params: Params, x: jax.Array) -> jax.Array:
+        if self.path == "fast" and tuple(x.shape[1:]) not in self.checked:
+            check_translation(self.module, self, self.what, tuple(x.shape[1:]))
         dtypes = {p.dtype for p in params.values()}
         if len(dtypes) == 1:  # a cast acting copy (e.g. bf16) computes in its own dtype
             x = x.astype(next(iter(dtypes)))
@@ -301,13 +308,20 @@ class TorchActorCritic:
         conv: ConvSpec | None = None,
     ):
         self.actor_module, self.critic_module = actor, critic
-        self.actor = TorchFunction(actor, path)
-        self.critic = TorchFunction(critic, path) if critic is not None else None
+        check_weights(actor, "the torch actor")
+        self.actor = TorchFunction(actor, path, "the torch actor")
+        self.critic = None
+        if critic is not None:
+            check_weights(critic, "the torch critic")
+            self.critic = TorchFunction(critic, path, "the torch critic")
         self.flax_critic = torso_network(conv, hidden_sizes, 1, activation, out_scale=1.0)
         self.action_dim, self.discrete, self.path = action_dim, discrete, path
         self.acting_dtype = jnp.dtype(acting_dtype) if acting_dtype else None
 
     def init(self, key: jax.Array, obs: jax.Array) -> dict[str, Any]:
+        for fn in (self.actor, self.critic):  # (first traced here: its error, unwrapped)
+            if fn is not None and fn.path == "fast" and tuple(obs.shape[1:]) not in fn.checked:
+                check_translation(fn.module, fn, fn.what, tuple(obs.shape[1:]))
         # Copies of the torch weights (jnp.array): the learner must not alias torch's storage.
         params: dict[str, Any] = {"actor": jax.tree.map(jnp.array, self.actor.params())}
         if self.critic is not None:
@@ -487,6 +501,35 @@ def _call_factory(
     return module
 
 
+def check_weights(module: torch.nn.Module, what: str) -> None:
+    """`TorchPolicyError` unless the module's floating-point weights are float32 and in CPU
+    memory (what the engine trains; a float16 actor would otherwise fail deep in the update
+    with a dtype error of `lax.select`)."""
+    import torch
+
+    weights = list(float_state(module).values())
+    dtypes = sorted({str(w.dtype).removeprefix("torch.") for w in weights} - {"float32"})
+    if dtypes:
+        raise TorchPolicyError(
+            f"{what} has {', '.join(dtypes)} weights: the engine trains float32 modules; give "
+            "it module.float() (return it from the factory; algo.torch_policy.acting_dtype="
+            "bfloat16 or float16, or TorchActorCritic(acting_dtype=...), acts with a "
+            "lower-precision copy)"
+            + (
+                f"; torch's default dtype is {torch.get_default_dtype()} in this process "
+                "(torch.set_default_dtype), which layers built without a dtype take"
+                if torch.get_default_dtype() != torch.float32
+                else ""
+            )
+        )
+    devices = sorted({str(w.device) for w in weights} - {"cpu"})
+    if devices:
+        raise TorchPolicyError(
+            f"{what} has weights on {', '.join(devices)}: the engine takes them from CPU "
+            "memory; give it module.cpu() (return it from the factory)"
+        )
+
+
 def _check_module(
     module: torch.nn.Module,
     what: str,
@@ -499,26 +542,7 @@ def _check_module(
     hold float32 weights, accept the env's observations and output `[batch, out_dim]`."""
     import torch
 
-    weights = list(float_state(module).values())
-    dtypes = sorted({str(w.dtype).removeprefix("torch.") for w in weights} - {"float32"})
-    if dtypes:
-        raise TorchPolicyError(
-            f"{what} has {', '.join(dtypes)} weights: the engine trains float32 modules; return "
-            "module.float() from the factory (algo.torch_policy.acting_dtype=bfloat16 or "
-            "float16 acts with a lower-precision copy)"
-            + (
-                f"; torch's default dtype is {torch.get_default_dtype()} in this process "
-                "(torch.set_default_dtype), which layers built without a dtype take"
-                if torch.get_default_dtype() != torch.float32
-                else ""
-            )
-        )
-    devices = sorted({str(w.device) for w in weights} - {"cpu"})
-    if devices:
-        raise TorchPolicyError(
-            f"{what} has weights on {', '.join(devices)}: the engine takes them from CPU "
-            "memory; return module.cpu() from the factory"
-        )
+    check_weights(module, what)
     x = probe_batch(obs_shape)
     training = module.training
     try:
@@ -567,21 +591,28 @@ def check_translation(module: torch.nn.Module, fn: TorchFunction, what: str, obs
     """The fast path's JAX function must compute what the module computes: on the probe batch
     the two agree to 1e-4 (relative), or `TorchPolicyError`. torch.fx cannot see some
     semantics (an in-place `+=` on a tensor used again, `x.squeeze(1)` of a dimension that is
-    not 1): such a module is refused here instead of training something else."""
+    not 1): such a module is refused here instead of training something else. `TorchFunction`
+    runs it when first traced on inputs of a new shape (`build_torch_policy` earlier, with the
+    config key in `what`)."""
     import torch
 
+    obs_shape = tuple(obs_shape)
+    fn.checked.add(obs_shape)  # (the check's own call of fn below checks nothing)
     x = probe_batch(obs_shape)
+    weights = list(float_state(module).values())
     with torch.no_grad():
-        want = module.eval()(x).numpy()
-    got = np.asarray(jax.jit(fn)(fn.params(), jnp.asarray(x.numpy())))
+        want = module.eval()(x.to(weights[0].device) if weights else x).cpu().numpy()
+    with jax.ensure_compile_time_eval():  # concrete, also while an algorithm is traced
+        got = np.asarray(jax.jit(fn)(fn.params(), jnp.asarray(x.numpy())))
     error = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
     if not error <= 1e-4 * max(1.0, float(np.max(np.abs(want)))):
+        fn.checked.discard(obs_shape)
         raise TorchPolicyError(
             f"{what}: the fast path's translation does not compute what the module computes "
             f"(max difference {error:.3g} on a probe batch): its forward may change a tensor "
             "in place (`+=`, `inplace=True`) or use an op whose torch semantics the "
-            "translation does not follow; use algo.torch_policy.path=universal, which calls "
-            "the module itself"
+            "translation does not follow; use the universal path (algo.torch_policy."
+            "path=universal, or path='universal'), which calls the module itself"
         )
 
 

@@ -89,6 +89,36 @@ def test_host_rollout_crosses_by_dlpack_and_feeds_the_engine_phases(tmp_path):
     assert 1.0 <= ret <= 20.0
 
 
+class StridedObs(TorchCartPole):
+    """Observations as a strided view (every other column of a wider buffer, as a simulator
+    that keeps several quantities per env in one tensor gives them): DLPack cannot alias it."""
+
+    def reset(self):
+        return self._view(super().reset())
+
+    @staticmethod
+    def _view(obs):
+        return torch.stack([obs, -obs], 2).reshape(len(obs), -1)[:, ::2]  # strides (8, 2)
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return (self._view(obs), *rest)
+
+
+def test_a_strided_observation_view_crosses_as_one_counted_copy(tiny_engine):
+    """Was a `BridgeError` advising `copy='if_needed'`, which `TorchSimRollout` cannot be given:
+    the view now crosses as a copy, and the report counts it."""
+    n, T = tiny_engine.num_envs, tiny_engine.num_steps
+    rollout = TorchSimRollout(tiny_engine, StridedObs(n, seed=0))
+    state, _ = rollout.epoch(tiny_engine.init(jax.random.key(0)))
+    plain = TorchSimRollout(tiny_engine, TorchCartPole(n, seed=0))
+    want, _ = plain.epoch(tiny_engine.init(jax.random.key(0)))
+    np.testing.assert_array_equal(np.asarray(state.buffer.obs), np.asarray(want.buffer.obs))
+    obs_bytes = n * 4 * 4
+    assert rollout.report.copied_bytes == plain.report.copied_bytes + T * obs_bytes
+    assert rollout.report.zero_copy_bytes == plain.report.zero_copy_bytes - T * obs_bytes
+
+
 def test_a_mismatched_simulator_is_refused(tmp_path):
     engine = jre.build(small_config(tmp_path=tmp_path))
     with pytest.raises(ValueError, match="num_envs"):

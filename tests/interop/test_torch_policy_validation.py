@@ -292,6 +292,32 @@ def test_a_half_precision_module_is_refused_naming_the_dtype(capsys, tmp_path):
     refuse(capsys, tmp_path, f"{HERE}:half", expected=("float16 weights", "module.float()"))
 
 
+def test_a_torch_actor_given_to_the_library_directly_is_checked_as_the_configs_is(tmp_path):
+    """`TorchActorCritic(actor)` passed to `algo.build(network=...)` (the examples' way in):
+    a fast-path translation that computes something else, or half-precision weights, are
+    refused before anything is compiled, as through `algo.torch_policy`."""
+    import jaxrl_engine as jre
+    from jaxrl_engine.compose import num_epochs
+    from jaxrl_engine.envs import make_env
+    from jaxrl_engine.interop.torch_nets import TorchPolicyError
+    from jaxrl_engine.interop.torch_policy import TorchActorCritic
+
+    cfg = jre.load_config(None, [*SMALL, f"run_dir={tmp_path}"])
+    env = make_env(cfg.env.id)
+    spec = env.spec(env.params)
+
+    def build(actor, path="fast"):
+        network = TorchActorCritic(actor, action_dim=2, discrete=True, path=path)
+        algo = cfg.algo.build(spec, cfg.env.num_envs, num_epochs(cfg), network=network)
+        return jre.build(cfg, env=env, algorithm=algo)
+
+    with pytest.raises(TorchPolicyError, match="the torch actor: the fast path's translation"):
+        build(InPlace(4, 2))
+    assert build(InPlace(4, 2), path="universal").algo.static["network"].path == "universal"
+    with pytest.raises(TorchPolicyError, match="the torch actor has float16 weights"):
+        build(plain((4,), 2, 0.01).half())
+
+
 @pytest.mark.parametrize("factory", ["mlp", "cnn"])
 def test_the_shipped_factories_build_float32_whatever_torchs_default_dtype(factory):
     # A notebook that set torch's default dtype to float64: the engine's own factories build
