@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import numpy as np
 
+from jaxrl_engine.algos.configs import ALGORITHMS
 from jaxrl_engine.core.sharding import is_primary, sync_processes, to_host
 from jaxrl_engine.io.config import ALGO_NAMES, config_changes
 from jaxrl_engine.io.files import META_FILE, STEP_PREFIX
@@ -610,6 +611,14 @@ class Checkpointer:
                     "shapes), or start a new run with another name="
                 )
             )
+        changed = trained_with_changes(info.config, config) if config is not None else []
+        if changed:
+            raise CheckpointError(
+                f"checkpoint {str(info.path)!r} holds params trained with other settings than "
+                f"this engine's config ({'; '.join(changed)}): they would compute something "
+                "else with these (the shapes agree, so nothing else would say so); build the "
+                "engine with the checkpoint's values, or train a new run"
+            )
 
     def restore(
         self,
@@ -728,6 +737,21 @@ class Checkpointer:
         self._manager.close()
 
 
+def trained_with_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`algo.<key>: old -> new` for each of the algorithm's `trained_with_keys` (settings that
+    change what the params compute, not their shapes) that differ between two configs; keys
+    either config lacks (an older checkpoint's) are not compared."""
+    was, now = old.get("algo") or {}, new.get("algo") or {}
+    model = ALGORITHMS.get(str(now.get("name")))
+    if model is None or was.get("name") != now.get("name"):
+        return []
+    return [
+        f"algo.{key}: {was[key]!r} -> {now[key]!r}"
+        for key in sorted(getattr(model, "trained_with_keys", ()))
+        if key in was and key in now and was[key] != now[key]
+    ]
+
+
 def other_algorithm(trained: str | None, this: str | None) -> str | None:
     """Why an engine whose algorithm is named `this` cannot take what an algorithm named
     `trained` wrote (None: it can, or a name is not known)."""
@@ -796,11 +820,41 @@ def _quiet_failures() -> Iterator[None]:
     except BaseException:
         gc.collect()  # report the abandoned coroutines now, while silenced
         time.sleep(0.2)  # let in-flight callbacks fail while silenced
+        failed = True
         raise
+    else:
+        failed = False
     finally:
         sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
         for logger in loggers:
             logger.removeFilter(_below_error)
+        if failed:
+            _silence_leftovers()
+
+
+def _silence_leftovers() -> None:
+    """After a failed read or write, reads still in flight (more on a loaded machine) can
+    outlive the 0.2 s above: their coroutines are collected later, at the latest when the
+    process exits, and each was printed as "Exception ignored in: <coroutine ...>" with a
+    tensorstore spec (thousands of lines after one corrupted checkpoint). From then on this
+    process drops the unraisable reports of orbax's coroutines; others still print."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_drops_orbax_leftovers", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if not _is_orbax_leftover(unraisable.object):
+            previous(unraisable)
+
+    hook._drops_orbax_leftovers = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+def _is_orbax_leftover(obj: Any) -> bool:
+    """Whether `obj` (what an unraisable report is about) is a coroutine of orbax's code."""
+    code = getattr(obj, "cr_code", None)
+    filename = str(getattr(code, "co_filename", ""))
+    return f"{os.sep}orbax{os.sep}" in filename
 
 
 @contextlib.contextmanager

@@ -4,9 +4,13 @@ of another config are refused with one message."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -230,6 +234,33 @@ def test_a_corrupted_checkpoint_is_refused_with_one_message(engine, tmp_path, ca
     assert "Traceback" not in out + err  # orbax/tensorstore noise is silenced
 
 
+def _coroutine_from(filename: str):
+    namespace: dict = {}
+    exec(compile("async def read():\n    pass\n", filename, "exec"), namespace)
+    return namespace["read"]()
+
+
+def test_after_a_failed_read_orbaxs_leftover_coroutines_stay_silent(engine, tmp_path, monkeypatch):
+    """Reads still in flight when a corrupted checkpoint's read failed are collected later
+    (on a loaded machine, after the restore returned; at the latest at exit), and each was
+    printed as "Exception ignored in: <coroutine ...>" with a tensorstore spec: thousands of
+    lines under the one-line refusal. Other code's unraisable reports still print."""
+    printed: list = []
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
+    checkpoints = Checkpointer(tmp_path)
+    save(checkpoints, engine, trained(engine, 1))
+    corrupt(tmp_path, "truncated data file")
+    with pytest.raises(CheckpointError, match="its arrays cannot be read"):
+        Checkpointer(tmp_path, read_only=True).restore(engine)
+    sep = os.sep
+    orbax = _coroutine_from(f"{sep}site-packages{sep}orbax{sep}serialization.py")
+    mine = _coroutine_from(f"{sep}home{sep}me{sep}train.py")
+    for coroutine in (orbax, mine):
+        sys.unraisablehook(SimpleNamespace(object=coroutine))
+        coroutine.close()
+    assert [u.object for u in printed] == [mine]
+
+
 def test_corruption_message_points_to_the_previous_checkpoint(engine, tmp_path):
     checkpoints = Checkpointer(tmp_path)
     state = trained(engine, 1)
@@ -269,6 +300,26 @@ def test_a_checkpoint_of_another_env_is_refused(engine, tmp_path):
     acrobot = jre.build(small_config("env.id=Acrobot-v1", tmp_path=tmp_path))
     with pytest.raises(CheckpointError, match=r"env\.id: 'CartPole-v1' -> 'Acrobot-v1'"):
         checkpoints.restore(acrobot)
+
+
+@pytest.mark.parametrize(
+    "override, change",
+    [
+        ("algo.activation=relu", "algo.activation: 'tanh' -> 'relu'"),
+        ("algo.normalize_obs=true", "algo.normalize_obs: False -> True"),
+    ],
+)
+def test_params_trained_with_other_settings_of_the_same_shapes_are_refused(
+    engine, tmp_path, override, change
+):
+    """A setting that changes what the params compute but not their shapes passes the layout
+    check; restoring into such an engine (the library's `Checkpointer.restore`, as `jre.resume`
+    already refuses the override) would evaluate or train another function."""
+    checkpoints = Checkpointer(tmp_path)
+    save(checkpoints, engine, trained(engine, 1))
+    other = jre.build(small_config(override, tmp_path=tmp_path))
+    with pytest.raises(CheckpointError, match=re.escape(change) + ".*compute something else"):
+        checkpoints.restore(other)
 
 
 def test_missing_directory_and_empty_directory_and_unknown_epoch(engine, tmp_path):
