@@ -50,6 +50,7 @@ from jaxrl_engine.core.warm_up import (
     check_env_methods,
     check_policy,
     check_shapes,
+    check_state_layout,
     compile_phase,
 )
 
@@ -327,7 +328,7 @@ def _warn_long_evaluation(engine: Engine) -> None:
     between = engine.steps_per_epoch * min(engine.eval_interval, engine.num_epochs)
     if eval_steps > max(10 * between, 10_000_000):
         warnings.warn(
-            f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} rounds of "
+            f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} round{'s' if rounds != 1 else ''} of "
             f"{engine.eval_envs} envs x up to {max_steps} steps) against {between:,} training "
             "env steps between evaluations; it is one compiled call (a first SIGINT waits for "
             "it): lower eval.episodes, or the episode limit (the env's max_episode_steps, "
@@ -485,15 +486,25 @@ class Engine:
         kinds = {s.memory_kind for s in jax.tree.leaves(self.state_sharding)}
         self.host_between_epochs = "pinned_host" in kinds
         check_state_fits(self.state_shape, self.state_sharding)  # before anything is compiled
-        if (hooks or {}).get("evaluate"):  # (its metrics join the epoch's last record)
+        if any(self.user_parts.values()):
+            # The evaluation's metrics join the epoch's record: a name in both would replace
+            # the epoch's value (only the user's hooks and phases can make one).
             evaluated = jax.eval_shape(self.pure_phases["evaluate"], self.state_shape)[1]
             epoch = jax.eval_shape(self.pure_epoch, self.state_shape)[1]
-            clash = sorted(k for k in evaluated if k.startswith("guard/") and k in epoch)
-            if clash:
+            clash = sorted(k for k in evaluated if k in epoch)
+            guards = [k for k in clash if k.startswith("guard/")]
+            if guards:
                 raise ValueError(
-                    f"the nan_guard {clash[0].removeprefix('guard/')!r} guards the evaluate "
+                    f"the nan_guard {guards[0].removeprefix('guard/')!r} guards the evaluate "
                     "phase and a phase of the epoch, whose metrics join in one record: give "
                     "each guard its own name"
+                )
+            if clash:
+                raise ValueError(
+                    f"phase 'evaluate' returns metric {clash[0]!r}, which a phase of the epoch "
+                    "also returns; the two join in one record, where the evaluation's would "
+                    "replace the epoch's: give the evaluate phase's metrics their own prefix "
+                    "('evaluate/...')"
                 )
         # Donating an input that lives in pinned_host memory corrupts the output buffers on
         # jax 0.10 CPU (a "memory kind does not match" error on read), so with offload the epoch
@@ -687,8 +698,15 @@ class Engine:
         nothing to reseed).
         """
         check_jax_settings()
+        if isinstance(phases, str):
+            phases = [phases]  # (not its letters)
+        known = (*PHASES, "epochs", "epoch", "learn")
+        unknown = sorted({str(n) for n in phases or ()} - set(known))
+        if unknown:
+            raise ValueError(f"engine.warm_up: unknown phase(s) {unknown}; valid: {list(known)}")
         wanted = {_program_name(n) for n in phases} if phases is not None else {*PHASES, "epochs"}
         check_shapes(state, self.spec, self.algo)
+        check_state_layout(state, self.state_shape, "engine.warm_up")
         boundary = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
@@ -736,6 +754,10 @@ class Engine:
         warm_up's executable when there is one."""
         if name == "epoch":
             return self.epoch(state, *args)
+        if name not in (*PHASES, "epochs", "learn"):
+            raise ValueError(
+                f"engine.call: unknown phase {name!r}; valid: {[*PHASES, 'epoch', 'epochs', 'learn']}"
+            )
         fn = self._compiled.get(name) or getattr(self, name).jitted
         if name == "epochs":
             args = tuple(_epoch_count(a) for a in args)

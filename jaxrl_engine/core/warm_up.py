@@ -82,6 +82,39 @@ def check_shapes(state: EngineState, spec: EnvSpec, algorithm: Algorithm) -> Non
     check_policy(state.eval_params, state.env.obs, spec, algorithm)
 
 
+def check_state_layout(state: EngineState, expected: Any, where: str) -> None:
+    """`ShapeMismatchError` naming the first leaf (path, shape, dtype) where `state` differs
+    from `expected` (an engine's `state_shape`): a state another engine made (another
+    `env.num_envs`, env or network) otherwise fails inside jit with a bare vmap or
+    "Mismatch details" error."""
+    got = jax.tree_util.tree_flatten_with_path(state)[0]
+    want = jax.tree_util.tree_flatten_with_path(expected)[0]
+    got_by = {jax.tree_util.keystr(p): x for p, x in got}
+    want_by = {jax.tree_util.keystr(p): x for p, x in want}
+    problem = None
+    # Observations first: they say which env or env.num_envs the state was made for.
+    for path, x in sorted(want_by.items(), key=lambda item: not item[0].startswith(".env.obs")):
+        if path not in got_by:
+            problem = f"it has no {path}"
+            break
+        y = got_by[path]
+        if (tuple(y.shape), y.dtype) != (tuple(x.shape), x.dtype):
+            problem = (
+                f"{path} is {y.dtype}{list(y.shape)} in it and {x.dtype}{list(x.shape)} in this "
+                "engine's state"
+            )
+            break
+    if problem is None:
+        extra = sorted(set(got_by) - set(want_by))
+        problem = f"it has {extra[0]}, which this engine's state has not" if extra else None
+    if problem is not None:
+        raise ShapeMismatchError(
+            f"{where}: the state does not fit this engine ({problem}): was it made by another "
+            "engine (another env.num_envs, env or network)? Use this engine's `init`, or a "
+            "checkpoint of its config"
+        )
+
+
 def check_policy(params: Any, obs: Any, spec: EnvSpec, algorithm: Algorithm) -> None:
     """The policy acts on `obs` (`[num_envs, *obs_shape]`) with actions of the env's shape and
     kind, or `ShapeMismatchError` naming both (before a rollout feeds them to the env)."""

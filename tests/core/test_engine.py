@@ -286,6 +286,31 @@ def test_warm_up_catches_an_env_whose_observations_disagree_with_its_space(small
         engine.warm_up(state.replace(env=env))
 
 
+def test_warm_up_refuses_a_phase_name_it_does_not_know(small_cfg):
+    """A typo ("epcohs") compiled nothing, silently: the first epoch then compiled anyway."""
+    engine = jre.build(small_cfg)
+    state = engine.init(jax.random.key(0))
+    with pytest.raises(ValueError, match=r"unknown phase\(s\) \['epcohs'\].*'epochs'"):
+        engine.warm_up(state, phases=["rollout", "epcohs"])
+    assert not engine.compiled("rollout")  # refused before compiling anything
+    with pytest.raises(ValueError, match=r"engine.call: unknown phase 'bogus'"):
+        engine.call("bogus", state)
+
+
+def test_a_state_another_engine_made_is_refused_naming_the_leaf(small_cfg, tmp_path):
+    """Another env.num_envs keeps the observations' per-env shape (the policy check passes)
+    and failed inside jit with "vmap got inconsistent sizes"."""
+    engine = jre.build(small_cfg)  # 4 envs
+    other = jre.build(small_config("env.num_envs=8", "eval.num_envs=8", tmp_path=tmp_path))
+    state = other.init(jax.random.key(0))
+    fits = r"the state does not fit this engine \(.*float32\[8, 4\] in it and float32\[4, 4\]"
+    with pytest.raises(jre.ShapeMismatchError, match="engine.warm_up: " + fits):
+        engine.warm_up(state)
+    with pytest.raises(jre.ShapeMismatchError, match="engine.run: " + fits):
+        engine.run(state, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before the run directory is made
+
+
 def test_continuous_ppo_epoch_runs(tmp_path):
     cfg = small_config(
         "env.id=Pendulum-v1",

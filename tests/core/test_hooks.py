@@ -250,6 +250,21 @@ def test_a_guard_name_on_evaluate_and_an_epoch_phase_is_refused_and_every_pads_g
         assert int(metrics["guard/mine"]) == -1
 
 
+def test_an_evaluate_hooks_metric_of_an_epoch_phases_name_is_refused(small_cfg):
+    """The evaluation's metrics join the epoch's record (and `make_train`'s per-epoch arrays):
+    an evaluate hook returning `train/loss` would replace the epoch's losses there."""
+
+    def loss_too(phase):
+        def hooked(state):
+            state, metrics = phase(state)
+            return state, {**metrics, "train/loss": jnp.float32(-1.0)}
+
+        return hooked
+
+    with pytest.raises(ValueError, match=r"phase 'evaluate' returns metric 'train/loss'.*prefix"):
+        jre.build(small_cfg, hooks={"evaluate": [loss_too]})
+
+
 def test_a_users_nan_guard_of_the_engines_name_is_refused(small_cfg):
     with pytest.raises(ValueError, match=r"already reports 'guard/train'.*another name"):
         jre.build(small_cfg, hooks={"train": [jre.nan_guard("train")]})  # (traced at build)
