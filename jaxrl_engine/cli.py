@@ -428,11 +428,11 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from jaxrl_engine.io.files import default_plot_name
     from jaxrl_engine.io.plot import plot_runs
 
     # Into the (first) run directory unless --out says otherwise: never the working directory.
-    name = "curves.png" if len(args.runs) == 1 else f"curves_{len(args.runs)}_runs.png"
-    out = args.out or str(Path(args.runs[0]) / name)
+    out = args.out or str(Path(args.runs[0]) / default_plot_name(len(args.runs)))
     try:
         plot_runs(args.runs, out, metric=args.metric, references=args.reference)
     except (FileNotFoundError, ValueError) as e:

@@ -300,7 +300,14 @@ def config_from_run(
             f"{source} was not trained with a torch factory (algo.torch_policy is unset: its "
             "network is the engine's own), so there is none to name: drop it"
         )
-    cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
+    try:
+        cfg = config_from_dict(raw, overrides)  # (sets the overrides in `raw`)
+    except ConfigError as e:
+        try:  # whose is the mistake: the stored config's, or the overrides'?
+            config_from_dict(copy.deepcopy(stored), [])
+        except ConfigError:
+            raise ConfigError(f"{source} holds a config this version refuses: {e}") from None
+        raise
     if factory is None or not needs_naming(factory):
         return cfg
     named = any(key in ("algo", "algo.torch_policy", "algo.torch_policy.factory") for key in given)
@@ -406,6 +413,17 @@ def resume(
             stored, overrides or [], source=f"checkpoint {str(info.path)!r}", how=factory_hint
         )
         check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
+        if cfg.total_env_steps != info.config.get("total_env_steps") and (
+            num_epochs(cfg) < info.epoch
+        ):
+            raise ConfigError(
+                f"override total_env_steps={cfg.total_env_steps} ({num_epochs(cfg)} epochs of "
+                f"{cfg.algo.num_steps * cfg.env.num_envs} env steps) is below what checkpoint "
+                f"{str(info.path)!r} has trained (epoch {info.epoch}): the run would end "
+                "marked completed with no epoch trained; a resume keeps or lengthens a run "
+                "(give at least "
+                f"{info.epoch * cfg.algo.num_steps * cfg.env.num_envs}, or start a new run)"
+            )
         # Keys a resume cannot change although no shape changes (the layout check passes)
         fixed = [
             (

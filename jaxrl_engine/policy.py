@@ -49,7 +49,8 @@ def _engine_for_run(run: Path, factory: str | None) -> Engine:
         raise ExportError(f"{run} is not a run directory (no config.yaml)")
     # Read, not validated: `config_from_run` first decides what the stored config may import.
     stored = read_config(run / "config.yaml")
-    return build(config_from_run(stored, _overrides(factory), source=str(run), how=FACTORY_HINT))
+    source = str(run / "config.yaml")
+    return build(config_from_run(stored, _overrides(factory), source=source, how=FACTORY_HINT))
 
 
 def batch_of_observations(obs: Any, obs_shape: Sequence[Any]) -> jax.Array:
@@ -262,7 +263,8 @@ def export_from_checkpoint(run_dir: str | Path, factory: str | None = None) -> P
     while a run trains in it). The run directory is otherwise only read."""
     run = Path(run_dir)
     engine, state = _checkpoint_params(run, factory)
-    lock = RunLock(run)
+    # (a run that trains on exports its own policy when it ends)
+    lock = RunLock(run, instead="or let it end: it exports its policy then")
     lock.acquire()
     try:
         check_no_symlinks(run)

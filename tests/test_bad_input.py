@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from unittest import mock
@@ -91,6 +92,11 @@ CONFIG_CASES = {
     # argparse's refusals come back from main as exit 2 (no SystemExit), naming --help
     "a dash argument": ("-:", ["unrecognized arguments: -:", "--help"]),
     "an unknown option": ("--lr=3", ["unrecognized arguments: --lr=3", "--help"]),
+    # env.id left at its default (CartPole-v1) is what is wrong for another suite
+    "a suite the default env is not of": (
+        "env.suite=brax",
+        ["'env.id'", "'CartPole-v1' is not a Brax env", "halfcheetah", "(its default)"],
+    ),
 }
 
 
@@ -206,6 +212,19 @@ def test_resume_with_an_env_whose_observations_differ_from_the_network(
 def test_resume_with_a_bad_override(run_copy, nothing_run, capsys):
     status, out, err = train(capsys, "--resume", str(run_copy), "algo.lr=-1")
     assert_clean_refusal(status, out, err, "'algo.lr'", "greater than 0")
+
+
+def test_an_edited_config_yaml_is_named_as_the_mistakes_place(run_copy, capsys):
+    """`eval` and `make_policy` read the run's config.yaml: a value there that fails validation
+    is its mistake, not the command line's, and the message says which file. (`export` reads
+    the exported policy or the checkpoint's own config, not config.yaml.)"""
+    config = run_copy / "config.yaml"
+    config.write_text(config.read_text().replace("num_envs: 4", "num_envs: -1", 1))
+    status = cli.main(["eval", str(run_copy)])
+    out, err = capsys.readouterr()
+    assert_clean_refusal(status, out, err, str(config), "'env.num_envs'", "refuses")
+    with pytest.raises(jre.ConfigError, match=re.escape(str(config)) + ".*'env.num_envs'"):
+        jre.make_policy(run_copy, deterministic=False)
 
 
 def test_resume_of_a_corrupted_checkpoint_points_to_the_previous_one(run_copy, nothing_run, capsys):

@@ -19,7 +19,13 @@ from jaxrl_engine.core.phases import evaluate_episodes
 from jaxrl_engine.envs import make_jax_env
 from jaxrl_engine.envs.host import host_env
 from jaxrl_engine.export.policy import POLICY_DIR, ExportError, load_exported
-from jaxrl_engine.io.config import Config, check_env_modules, config_from_dict, read_config
+from jaxrl_engine.io.config import (
+    Config,
+    ConfigError,
+    check_env_modules,
+    config_from_dict,
+    read_config,
+)
 from jaxrl_engine.io.schema import check_eval_request
 
 EVAL_BATCH = 1024  # episodes stepped at once; more run in rounds
@@ -30,7 +36,12 @@ def _run_config(run_dir: Path) -> Config:
     (`check_env_modules`). `loggers` may name wandb, which evaluating does not need installed."""
     stored = read_config(run_dir / "config.yaml")
     check_env_modules(stored, [], str(run_dir / "config.yaml"))
-    return config_from_dict(stored, ["loggers=[jsonl]", "progress=false"])
+    try:
+        return config_from_dict(stored, ["loggers=[jsonl]", "progress=false"])
+    except ConfigError as e:  # (the overrides above are valid: the file's values are not)
+        raise ConfigError(
+            f"{run_dir / 'config.yaml'} holds a config this version refuses: {e}"
+        ) from None
 
 
 def never_exported(run_dir: str | Path) -> str | None:

@@ -254,6 +254,7 @@ else:
         functools.reduce(operator.or_, ALGORITHMS.values()), Field(discriminator="name")
     ]
 ALGO_NAMES = set(ALGORITHMS)
+_DEFAULTED = object()  # a key the user left at its default (its error then says so)
 
 
 LoggerName = Literal["jsonl", "tensorboard", "wandb"]
@@ -698,12 +699,14 @@ def _format(error: ValidationError) -> str:
                 field, msg = msg[len(_FIELD_TAG) :].split(_FIELD_TAG, 1)
                 key = f"{key}.{field}" if loc else field
                 for part in field.split("."):
-                    got = got.get(part) if isinstance(got, dict) else got
+                    got = got.get(part, _DEFAULTED) if isinstance(got, dict) else got
                 loc = (*loc, field)
             if e["type"] == "union_tag_invalid" and isinstance(got, dict):  # algo.name=foo
                 key, got = f"{key}.name", got.get("name")
                 msg = msg.replace(" found using 'name'", "")
-            if loc:
+            if loc and got is _DEFAULTED:  # (the default's fault, with another key's value)
+                lines.append(f"config key '{key}': {msg} (its default)")
+            elif loc:
                 lines.append(f"config key '{key}': {msg} (got {_short(got)})")
             else:
                 lines.append(msg)

@@ -98,6 +98,14 @@ def check_no_symlinks(directory: str | Path) -> None:
 SPEC_FILE = "sweep.json"  # a sweep's directory holds it (its seeds, grid and programs)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", SPEC_FILE)
 RUN_FOLDERS = ("checkpoints", "policy")
+# `jaxrl-engine plot`'s default outputs in a run directory (one run; several: in the first)
+PLOT_FILES = ("curves.png", "curves_*_runs.png")
+
+
+def default_plot_name(num_runs: int) -> str:
+    return PLOT_FILES[0] if num_runs == 1 else PLOT_FILES[1].replace("*", str(num_runs))
+
+
 # A checkpoint's folder in `checkpoints/` is `epoch_<N>`; its metadata (orbax's JsonSave file:
 # strict JSON) is `meta/metadata` inside it. Here, not in checkpoint.py, so that readers of a
 # run directory (plot) need no orbax.

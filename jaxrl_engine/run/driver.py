@@ -34,6 +34,7 @@ from jaxrl_engine.core.nan_guard import NonFiniteError, check_guards
 from jaxrl_engine.core.phases import EPOCH_PHASES, merge_metrics
 from jaxrl_engine.core.sharding import is_primary, to_host
 from jaxrl_engine.core.state import EngineState, Metrics
+from jaxrl_engine.core.warm_up import check_state_layout
 from jaxrl_engine.distributed.multihost import check_same_config
 from jaxrl_engine.io.config import ALGO_NAMES, Config, ConfigError, folder_name
 from jaxrl_engine.io.files import SPEC_FILE, RunDirError, check_no_symlinks, check_run_entries
@@ -259,9 +260,11 @@ class Driver:
 
         The summary's times: `wall_s` from `started_at` (a `time.perf_counter()` value; default
         this call; the CLI passes its own start) to the summary; `startup_s` from `started_at`
-        to this call; `compile_s` compiling in this call; `train_s` the epochs (with their
-        evaluations and checkpoints); `end_s` after the last epoch (final checkpoint, summary,
-        policy export). wall_s >= startup_s + compile_s + train_s + end_s.
+        to this call; `setup_s` in this call before the first epoch, less compiling (the run
+        directory, loggers, what warm-up runs: an off-policy replay buffer's prefill);
+        `compile_s` compiling in this call; `train_s` the epochs (with their evaluations and
+        checkpoints); `end_s` after the last epoch (final checkpoint, summary, policy export).
+        wall_s = startup_s + setup_s + compile_s + train_s + end_s.
 
         The summary's `status` is `completed` once the engine's `num_epochs` are trained, and
         `paused` when a smaller `num_epochs` stopped this call early: the directory is then an
@@ -284,6 +287,7 @@ class Driver:
                 raise ConfigError(f"run_dir={str(run_dir)!r}: its last part {e}") from None
             cfg = cfg.model_copy(update={"name": name, "run_dir": str(path.parent)})
         _check_describes(cfg, engine)
+        check_state_layout(state, engine.state_shape, "engine.run")
         check_jax_settings()  # (one turned on since the build, in a notebook)
         check_same_config(cfg.model_dump(mode="json"))  # (a multi-process job's processes)
         compiled_before = engine.compile_seconds
@@ -340,6 +344,7 @@ class Driver:
             run.compile_s = engine.compile_seconds - compiled_before  # (this call's only)
             raise_if_stopped()  # Ctrl-C during start-up (the CLI's handler): stop before training
             run.train_start = time.perf_counter()
+            run.setup_s = max(0.0, run.train_start - called - run.compile_s)
             training = True
             failure = None
             with stop_on_signals(checkpoints=cfg.save_interval > 0) as stop:

@@ -62,6 +62,9 @@ class RunInfo:
     checkpoint_epoch: int = -1
     compile_s: float = 0.0  # compiling in this run call
     startup_s: float = 0.0  # from wall_start to the run call (the CLI's imports, build, init)
+    # In the run call before the first epoch, less compiling: the run directory, the loggers,
+    # what warm-up runs (an off-policy replay buffer's prefill)
+    setup_s: float = 0.0
     wall_start: float = dataclasses.field(default_factory=time.perf_counter)
     train_start: float = dataclasses.field(default_factory=time.perf_counter)
     train_end: float | None = None  # after the last epoch (None while training)
@@ -118,9 +121,11 @@ class RunInfo:
             "epochs": self.done,
             "env_steps": self.done * self.engine.steps_per_epoch,
             "requested_env_steps": self.cfg.total_env_steps,
-            # wall_s >= startup_s + compile_s + train_s + end_s (Driver.run says what each is)
+            # wall_s = startup_s + setup_s + compile_s + train_s + end_s (Driver.run says
+            # what each is)
             **self.times_to(now),
             "startup_s": self.startup_s,
+            "setup_s": self.setup_s,
             "compile_s": self.compile_s,
             "train_s": self.train_s,
             # this call's: env steps it trained / train_s (null when it trained none)
@@ -441,7 +446,7 @@ class Summary(HostHook):
     is never replaced by null (this call's own times and rate are this call's, null or not)."""
 
     THIS_CALLS = frozenset(
-        {"wall_s", "startup_s", "compile_s", "train_s", "end_s", "run_wall_s"}
+        {"wall_s", "startup_s", "setup_s", "compile_s", "train_s", "end_s", "run_wall_s"}
         | {"steps_per_second", "trained_env_steps"}
     )
 

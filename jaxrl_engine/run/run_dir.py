@@ -22,6 +22,7 @@ from jaxrl_engine.core.state import EngineState
 from jaxrl_engine.export.policy import ARTEFACT_FILES, POLICY_DIR
 from jaxrl_engine.io.config import Config, dump_config
 from jaxrl_engine.io.files import (
+    PLOT_FILES,
     RunDirError,
     atomic_write,
     atomic_writer,
@@ -37,9 +38,10 @@ LOCK_FILE = ".lock"
 
 
 def clear_outputs(path: Path) -> None:
-    """Remove a run's TensorBoard events, failing batches and exported policy from `path`,
-    file by file (a symlink is removed, never followed): what a run started over replaces."""
-    for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz"):
+    """Remove a run's TensorBoard events, failing batches, exported policy and `plot`'s
+    default curves from `path`, file by file (a symlink is removed, never followed): what a
+    run started over replaces (a plot of the old records would pass for the new run's)."""
+    for pattern in ("events.out.tfevents.*", "nonfinite_epoch_*.npz", *PLOT_FILES):
         for old in path.glob(pattern):
             old.unlink()
     for name in ARTEFACT_FILES:
@@ -109,8 +111,9 @@ class RunLock:
     process are independent too, so the same process cannot run one directory twice at once.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, instead: str = "or choose another name="):
         self.path = path
+        self.instead = instead  # the advice's last part: what else the refused caller can do
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -133,7 +136,7 @@ class RunLock:
             raise RunDirError(
                 f"run directory {str(self.path)!r} is in use by another run (pid "
                 f"{holder if holder is not None else 'unknown'}); wait for it to end, stop it, "
-                "or choose another name="
+                f"{self.instead}"
             ) from None
         previous = _pid_in(fd)
         if previous is not None and previous != os.getpid() and not _running(previous):

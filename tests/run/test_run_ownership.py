@@ -67,13 +67,17 @@ def test_a_run_of_a_locked_directory_is_refused_naming_the_holder_and_changes_no
     try:
         status = cli.main(["train", *SMALL, f"run_dir={run_copy.parent}", "name=done", "seed=7"])
         resumed = cli.main(["train", "--resume", str(run_copy)])
+        exported = cli.main(["export", str(run_copy), "--checkpoint"])
     finally:
         holder.release()
     err = capsys.readouterr().err
     assert status == cli.EXIT_BAD_INPUT
     # A resume too, of a finished run as well: the run holding it may be starting it over
     assert resumed == cli.EXIT_BAD_INPUT
-    assert err.count(f"is in use by another run (pid {os.getpid()})") == 2, err
+    assert err.count(f"is in use by another run (pid {os.getpid()})") == 3, err
+    # Each with advice for what it was asked: `export` has no name= to choose
+    assert "or choose another name=" in err.splitlines()[0]
+    assert exported == cli.EXIT_BAD_INPUT and "or let it end: it exports its policy" in err
     assert "Traceback" not in err
     after = snapshot(run_copy)
     after.pop(LOCK_FILE), before.pop(LOCK_FILE)
@@ -379,17 +383,20 @@ def test_a_sweep_refuses_a_member_folder_holding_a_run_not_its_own_and_writes_no
 
 
 def test_a_fresh_start_drops_the_old_tensorboard_events_a_resume_keeps_them(run_copy, tmp_path):
+    """And `plot`'s default curves of the old records (a user's own file names stay)."""
     cfg = small_config(f"run_dir={tmp_path}", "loggers=[jsonl]")
-    old = run_copy / "events.out.tfevents.0000000001.host.1.0"
-    old.write_bytes(b"old run")
+    names = ["events.out.tfevents.0000000001.host.1.0", "curves.png", "curves_2_runs.png"]
+    for name in [*names, "mine.png"]:
+        (run_copy / name).write_bytes(b"old run")
     out = RunDir(run_copy, cfg)
     out.open_logs(2)  # a resumed run
     out.close()
-    assert old.is_file()
+    assert all((run_copy / name).is_file() for name in names)
     out = RunDir(run_copy, cfg)
     out.open_logs(0)  # a fresh state: the run starts over
     out.close()
-    assert not old.exists()
+    assert not any((run_copy / name).exists() for name in names)
+    assert (run_copy / "mine.png").is_file()
 
 
 def test_a_resumed_runs_records_count_wall_time_on(run_copy):
@@ -420,6 +427,20 @@ def test_a_resume_refuses_changes_that_would_change_what_the_params_compute(
     after = snapshot(run_copy)
     after.pop(LOCK_FILE, None), before.pop(LOCK_FILE, None)
     assert after == before
+
+
+def test_a_resume_below_the_checkpoints_progress_is_refused(run_copy, capsys):
+    """A total_env_steps under what the checkpoint trained (a typo) ended the run at once,
+    marked completed, its config.yaml rewritten to the new total and its policy exported."""
+    before = snapshot(run_copy)
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=100"]) == 2
+    err = capsys.readouterr().err
+    assert "total_env_steps=100 (2 epochs of 64 env steps) is below" in err, err
+    assert "(epoch 4)" in err and "give at least 256" in err and "Traceback" not in err
+    after = snapshot(run_copy)
+    after.pop(LOCK_FILE, None), before.pop(LOCK_FILE, None)
+    assert after == before
+    assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=256"]) == 0
 
 
 def test_a_resume_that_trains_on_removes_the_policy_of_the_state_it_resumed_from(run_copy):
