@@ -109,19 +109,16 @@ def test_a_metric_key_two_phases_return_is_named_not_overwritten(built):
 
 
 def test_a_replaced_phase_that_changes_the_states_shapes_is_named(built):
-    cfg, engine, state, _ = built
+    cfg, engine, _, _ = built
 
     def sync_weights(s):  # doubles every acting param
         doubled = jax.tree.map(lambda x: jnp.concatenate([x, x]) if x.ndim else x, s.eval_params)
         return s.replace(eval_params=doubled), {}
 
-    bad = jre.build(
-        cfg, env=engine.env, algorithm=engine.algo, phases={"sync_weights": sync_weights}
-    )
+    # Named at build (which traces the epoch of an engine with the user's phases or hooks,
+    # for the metric names evaluation shares with it), not as 'epochs failed to compile'
     with pytest.raises(ValueError, match=r"phase 'sync_weights' returned state\.eval_params"):
-        jax.eval_shape(bad.pure_epoch, state)
-    with pytest.raises(ValueError, match=r"phase 'sync_weights' returned"):
-        bad.warm_up(state, phases=["epochs"])  # (named, not 'epochs failed to compile')
+        jre.build(cfg, env=engine.env, algorithm=engine.algo, phases={"sync_weights": sync_weights})
 
 
 def test_a_replaced_phase_of_another_signature_is_refused_at_build(built):
