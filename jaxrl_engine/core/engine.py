@@ -239,6 +239,10 @@ def _first_row(table: Metrics) -> Metrics:
     return jax.tree.map(lambda x: x[0], table)
 
 
+# What `warm_up` compiles and `call` runs, by name ("epoch" is the "epochs" program).
+PROGRAMS = (*PHASES, "epoch", "epochs", "learn")
+
+
 def _program_name(name: str) -> str:
     """The compiled program behind `name`: "epoch" runs "epochs" (`OneEpoch`)."""
     return "epochs" if name == "epoch" else name
@@ -327,9 +331,10 @@ def _warn_long_evaluation(engine: Engine) -> None:
     eval_steps = rounds * engine.eval_envs * max_steps
     between = engine.steps_per_epoch * min(engine.eval_interval, engine.num_epochs)
     if eval_steps > max(10 * between, 10_000_000):
+        plural = "s" if rounds != 1 else ""
         warnings.warn(
-            f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} round{'s' if rounds != 1 else ''} of "
-            f"{engine.eval_envs} envs x up to {max_steps} steps) against {between:,} training "
+            f"each evaluation steps the env up to {eval_steps:,} times ({rounds:,} round{plural} "
+            f"of {engine.eval_envs} envs x up to {max_steps} steps) against {between:,} training "
             "env steps between evaluations; it is one compiled call (a first SIGINT waits for "
             "it): lower eval.episodes, or the episode limit (the env's max_episode_steps, "
             f"{max_steps:,}: a JAX env's evaluation steps every episode to it, ended or not)",
@@ -700,10 +705,9 @@ class Engine:
         check_jax_settings()
         if isinstance(phases, str):
             phases = [phases]  # (not its letters)
-        known = (*PHASES, "epochs", "epoch", "learn")
-        unknown = sorted({str(n) for n in phases or ()} - set(known))
+        unknown = sorted({str(n) for n in phases or ()} - set(PROGRAMS))
         if unknown:
-            raise ValueError(f"engine.warm_up: unknown phase(s) {unknown}; valid: {list(known)}")
+            raise ValueError(f"engine.warm_up: unknown phase(s) {unknown}; valid: {list(PROGRAMS)}")
         wanted = {_program_name(n) for n in phases} if phases is not None else {*PHASES, "epochs"}
         check_shapes(state, self.spec, self.algo)
         check_state_layout(state, self.state_shape, "engine.warm_up")
@@ -754,10 +758,8 @@ class Engine:
         warm_up's executable when there is one."""
         if name == "epoch":
             return self.epoch(state, *args)
-        if name not in (*PHASES, "epochs", "learn"):
-            raise ValueError(
-                f"engine.call: unknown phase {name!r}; valid: {[*PHASES, 'epoch', 'epochs', 'learn']}"
-            )
+        if name not in PROGRAMS:
+            raise ValueError(f"engine.call: unknown phase {name!r}; valid: {list(PROGRAMS)}")
         fn = self._compiled.get(name) or getattr(self, name).jitted
         if name == "epochs":
             args = tuple(_epoch_count(a) for a in args)

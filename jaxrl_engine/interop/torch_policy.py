@@ -70,9 +70,14 @@ class TorchFunction:
         """
         return from_torch(float_state(self.module), copy="never", report=report)
 
+    def check(self, in_shape: tuple[int, ...]) -> None:
+        """On the fast path, `check_translation` for inputs of `in_shape` (less the batch),
+        once per shape."""
+        if self.path == "fast" and tuple(in_shape) not in self.checked:
+            check_translation(self.module, self, self.what, in_shape)
+
     def __call__(self, params: Params, x: jax.Array) -> jax.Array:
-        if self.path == "fast" and tuple(x.shape[1:]) not in self.checked:
-            check_translation(self.module, self, self.what, tuple(x.shape[1:]))
+        self.check(x.shape[1:])
         dtypes = {p.dtype for p in params.values()}
         if len(dtypes) == 1:  # a cast acting copy (e.g. bf16) computes in its own dtype
             x = x.astype(next(iter(dtypes)))
@@ -320,8 +325,8 @@ class TorchActorCritic:
 
     def init(self, key: jax.Array, obs: jax.Array) -> dict[str, Any]:
         for fn in (self.actor, self.critic):  # (first traced here: its error, unwrapped)
-            if fn is not None and fn.path == "fast" and tuple(obs.shape[1:]) not in fn.checked:
-                check_translation(fn.module, fn, fn.what, tuple(obs.shape[1:]))
+            if fn is not None:
+                fn.check(obs.shape[1:])
         # Copies of the torch weights (jnp.array): the learner must not alias torch's storage.
         params: dict[str, Any] = {"actor": jax.tree.map(jnp.array, self.actor.params())}
         if self.critic is not None:

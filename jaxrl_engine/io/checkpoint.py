@@ -815,6 +815,7 @@ def _quiet_failures() -> Iterator[None]:
     threading.excepthook = lambda *args: None
     for logger in loggers:
         logger.addFilter(_below_error)
+    failed = False
     try:
         yield
     except BaseException:
@@ -822,8 +823,6 @@ def _quiet_failures() -> Iterator[None]:
         time.sleep(0.2)  # let in-flight callbacks fail while silenced
         failed = True
         raise
-    else:
-        failed = False
     finally:
         sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
         for logger in loggers:
@@ -835,7 +834,7 @@ def _quiet_failures() -> Iterator[None]:
 def _silence_leftovers() -> None:
     """After a failed read or write, reads still in flight (more on a loaded machine) can
     outlive the 0.2 s above: their coroutines are collected later, at the latest when the
-    process exits, and each was printed as "Exception ignored in: <coroutine ...>" with a
+    process exits, and each would print "Exception ignored in: <coroutine ...>" with a
     tensorstore spec (thousands of lines after one corrupted checkpoint). From then on this
     process drops the unraisable reports of orbax's coroutines; others still print."""
     previous = sys.unraisablehook

@@ -287,7 +287,8 @@ def test_warm_up_catches_an_env_whose_observations_disagree_with_its_space(small
 
 
 def test_warm_up_refuses_a_phase_name_it_does_not_know(small_cfg):
-    """A typo ("epcohs") compiled nothing, silently: the first epoch then compiled anyway."""
+    """A typo ("epcohs") must not pass for a phase: it would compile nothing, and the first
+    epoch would compile after all."""
     engine = jre.build(small_cfg)
     state = engine.init(jax.random.key(0))
     with pytest.raises(ValueError, match=r"unknown phase\(s\) \['epcohs'\].*'epochs'"):
@@ -298,8 +299,8 @@ def test_warm_up_refuses_a_phase_name_it_does_not_know(small_cfg):
 
 
 def test_a_state_another_engine_made_is_refused_naming_the_leaf(small_cfg, tmp_path):
-    """Another env.num_envs keeps the observations' per-env shape (the policy check passes)
-    and failed inside jit with "vmap got inconsistent sizes"."""
+    """Another env.num_envs keeps the observations' per-env shape (the policy check passes);
+    inside jit it would fail with a bare "vmap got inconsistent sizes"."""
     engine = jre.build(small_cfg)  # 4 envs
     other = jre.build(small_config("env.num_envs=8", "eval.num_envs=8", tmp_path=tmp_path))
     state = other.init(jax.random.key(0))

@@ -106,8 +106,8 @@ class StridedObs(TorchCartPole):
 
 
 def test_a_strided_observation_view_crosses_as_one_counted_copy(tiny_engine):
-    """Was a `BridgeError` advising `copy='if_needed'`, which `TorchSimRollout` cannot be given:
-    the view now crosses as a copy, and the report counts it."""
+    """`TorchSimRollout` takes no `copy=` argument, so a view DLPack cannot alias crosses as
+    a copy, which the report counts; the stored observations equal a compact simulator's."""
     n, T = tiny_engine.num_envs, tiny_engine.num_steps
     rollout = TorchSimRollout(tiny_engine, StridedObs(n, seed=0))
     state, _ = rollout.epoch(tiny_engine.init(jax.random.key(0)))

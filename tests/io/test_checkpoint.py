@@ -242,9 +242,9 @@ def _coroutine_from(filename: str):
 
 def test_after_a_failed_read_orbaxs_leftover_coroutines_stay_silent(engine, tmp_path, monkeypatch):
     """Reads still in flight when a corrupted checkpoint's read failed are collected later
-    (on a loaded machine, after the restore returned; at the latest at exit), and each was
-    printed as "Exception ignored in: <coroutine ...>" with a tensorstore spec: thousands of
-    lines under the one-line refusal. Other code's unraisable reports still print."""
+    (on a loaded machine, after the restore returned; at the latest at exit): each would print
+    "Exception ignored in: <coroutine ...>" with a tensorstore spec, thousands of lines under
+    the one-line refusal. Other code's unraisable reports still print."""
     printed: list = []
     monkeypatch.setattr(sys, "unraisablehook", printed.append)
     checkpoints = Checkpointer(tmp_path)

@@ -430,8 +430,9 @@ def test_a_resume_refuses_changes_that_would_change_what_the_params_compute(
 
 
 def test_a_resume_below_the_checkpoints_progress_is_refused(run_copy, capsys):
-    """A total_env_steps under what the checkpoint trained (a typo) ended the run at once,
-    marked completed, its config.yaml rewritten to the new total and its policy exported."""
+    """A total_env_steps under what the checkpoint trained (a typo) would end the run at
+    once, marked completed, its config.yaml rewritten to the new total and its policy
+    exported; refused, the run directory stays as it was."""
     before = snapshot(run_copy)
     assert cli.main(["train", "--resume", str(run_copy), "total_env_steps=100"]) == 2
     err = capsys.readouterr().err
